@@ -1,0 +1,1 @@
+//! Dead-letter queue (in progress).

@@ -1,0 +1,86 @@
+//! Synchronisation facade.
+//!
+//! Every atomic, `Arc` and lock the crate uses comes from here. Normally they
+//! are the std / `portable-atomic` / `parking_lot` types; built with
+//! `RUSTFLAGS="--cfg tailguard_loom"` they are loom's, so the models in
+//! `loom-tests/` explore every interleaving of the real code. The cfg name is
+//! the crate's own (not `loom`) so that building the models does not change
+//! other crates that also look at `cfg(loom)`.
+
+#[cfg(not(tailguard_loom))]
+pub(crate) use portable_atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(tailguard_loom))]
+pub(crate) use std::sync::{Arc, Weak};
+
+#[cfg(tailguard_loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(tailguard_loom)]
+pub(crate) use loom::sync::Arc;
+
+/// A mutex for cold paths: `parking_lot` normally, loom's under the model.
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T> {
+    #[cfg(not(tailguard_loom))]
+    inner: parking_lot::Mutex<T>,
+    #[cfg(tailguard_loom)]
+    inner: loom::sync::Mutex<T>,
+}
+
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            #[cfg(not(tailguard_loom))]
+            inner: parking_lot::Mutex::new(value),
+            #[cfg(tailguard_loom)]
+            inner: loom::sync::Mutex::new(value),
+        }
+    }
+
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, T> {
+        self.inner.lock()
+    }
+
+    #[cfg(tailguard_loom)]
+    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        // A poisoned lock under a model means a panic already failed it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn try_lock(&self) -> Option<parking_lot::MutexGuard<'_, T>> {
+        self.inner.try_lock()
+    }
+
+    #[cfg(tailguard_loom)]
+    pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+        self.inner.try_lock().ok()
+    }
+}
+
+/// `UnsafeCell` with loom's access tracking under the model.
+#[cfg(not(tailguard_loom))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+#[cfg(not(tailguard_loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        Self(core::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `f` with a shared pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Runs `f` with a mutable pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+#[cfg(tailguard_loom)]
+pub(crate) use loom::cell::UnsafeCell;
