@@ -1,10 +1,24 @@
-//! tailguard: a lock-free, latency-primary circuit breaker with a
-//! preallocated, priority-aware dead-letter queue.
+#![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod error;
-mod sync;
-
+mod breaker;
+pub mod clock;
+mod config;
 pub mod dlq;
+mod error;
+mod events;
+mod shard;
+mod state;
+mod sync;
+#[cfg(not(tailguard_loom))]
+mod ticker;
 
+pub use breaker::{
+    Breaker, LocalHandle, LocalPermit, NoLocalShard, Permit, Reason, RejectReason, Rejected, Snapshot, Transition,
+    WindowStats,
+};
+pub use config::{BreakerBuilder, CancelPolicy, Jitter};
 pub use error::{ConfigError, ConfigErrorKind};
+pub use state::{Mode, State};
+#[cfg(not(tailguard_loom))]
+pub use ticker::Ticker;

@@ -1,0 +1,1531 @@
+//! The breaker: hot path (`allow`, permits), window close (`tick`), overrides
+//! and snapshots.
+
+use crate::clock::ClockSource;
+use crate::config::{BreakerBuilder, CancelPolicy, Config};
+use crate::events::{Events, Listener};
+use crate::shard::{Counts, LocalShard, Shards, CALL, ERROR, INFLIGHT_SLOTS, SLOW};
+use crate::state::{Decision, Mode, State, StateCell, Word, FAST_PATH_MASK, MAX_LEVEL};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
+use std::time::Duration;
+
+/// Why a transition happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// More than `1 − q` of the calls were slow for `trip_windows` windows.
+    LatencyBreach,
+    /// The rolling error rate went above the limit.
+    ErrorRate,
+    /// `failure_count` failures within its span.
+    FailureCount,
+    /// The backoff ran out; probing starts.
+    BackoffElapsed,
+    /// A probe failed.
+    ProbeFailed,
+    /// A probe was slower than the latency threshold.
+    ProbeSlow,
+    /// Every probe slot was held past the probe lease: taken for slow.
+    ProbeLeaseExpired,
+    /// `success_to_close` consecutive good probes.
+    ProbesSucceeded,
+    /// [`Breaker::force_open`].
+    ForcedOpen,
+    /// [`Breaker::force_closed`].
+    ForcedClosed,
+    /// [`Breaker::disable`].
+    Disabled,
+    /// [`Breaker::metrics_only`].
+    MetricsOnly,
+    /// [`Breaker::reset`].
+    Reset,
+    /// [`Breaker::trip_now`].
+    ManualTrip,
+}
+
+/// One transition, as given to the listener set with
+/// [`BreakerBuilder::on_transition`].
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use tailguard::{Breaker, Reason, State};
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Arc::clone(&seen);
+/// let b = Breaker::builder()
+///     .on_transition(move |t| sink.lock().unwrap().push((t.to, t.reason, t.generation)))
+///     .build()?;
+/// b.force_open();
+/// b.reset();
+/// assert_eq!(
+///     *seen.lock().unwrap(),
+///     vec![(State::Open, Reason::ForcedOpen, 1), (State::Closed, Reason::Reset, 2)]
+/// );
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    /// The state before.
+    pub from: State,
+    /// The state after.
+    pub to: State,
+    /// The override mode before.
+    pub from_mode: Mode,
+    /// The override mode after.
+    pub to_mode: Mode,
+    /// The generation after the transition (30 bits, wrapping).
+    pub generation: u32,
+    /// Why.
+    pub reason: Reason,
+    /// When, on the breaker's clock, since the breaker was built.
+    pub at: Duration,
+}
+
+/// Why `allow` said no.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The breaker is OPEN and its backoff has not run out.
+    Open,
+    /// HALF_OPEN, and every probe slot is taken.
+    ProbesBusy,
+    /// Forced open by the operator.
+    ForcedOpen,
+}
+
+/// The breaker rejected the call; route it to the fallback.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, RejectReason};
+/// use tailguard::clock::ManualClock;
+///
+/// let clock = ManualClock::new();
+/// let b = Breaker::builder().clock(clock.clone()).build()?;
+/// b.trip_now();
+/// let rejected = b.allow().unwrap_err();
+/// assert_eq!(rejected.reason(), RejectReason::Open);
+/// assert_eq!(rejected.retry_after(), Some(Duration::from_secs(1)));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejected {
+    reason: RejectReason,
+    retry_after: Option<Duration>,
+}
+
+impl Rejected {
+    /// How long until the breaker next admits a probe, when that is known
+    /// (for `Retry-After`). `None` when forced open, or when HALF_OPEN waits
+    /// for a probe slot.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_open();
+    /// assert_eq!(b.allow().unwrap_err().retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// Why the call was rejected.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_open();
+    /// assert_eq!(b.allow().unwrap_err().reason(), tailguard::RejectReason::ForcedOpen);
+    /// ```
+    pub fn reason(&self) -> RejectReason {
+        self.reason
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.reason, self.retry_after) {
+            (RejectReason::Open, Some(d)) => write!(f, "circuit open; next probe in {d:?}"),
+            (RejectReason::Open, None) => write!(f, "circuit open"),
+            (RejectReason::ProbesBusy, _) => write!(f, "circuit half-open; every probe slot is taken"),
+            (RejectReason::ForcedOpen, _) => write!(f, "circuit forced open"),
+        }
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+/// The counts of one closed window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WindowStats {
+    /// Calls that returned a verdict in the window, plus in-flight slow calls.
+    pub calls: u64,
+    /// Calls recorded as failures.
+    pub errors: u64,
+    /// Calls slower than the latency threshold (in-flight slow ones included).
+    pub slow: u64,
+    /// Permits dropped without a verdict.
+    pub cancelled: u64,
+    /// Calls still in flight at window close that had already run longer
+    /// than the threshold (in-flight tracking only; also in `calls`/`slow`).
+    pub in_flight_slow: u64,
+    /// When the window closed, since the breaker was built.
+    pub closed_at: Duration,
+}
+
+/// Everything the breaker knows, read at once.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, State};
+/// use tailguard::clock::ManualClock;
+///
+/// let clock = ManualClock::new();
+/// let b = Breaker::builder().clock(clock.clone()).build()?;
+/// b.allow()?.record_latency(Duration::from_millis(80), true);
+/// b.allow()?.record_latency(Duration::from_millis(2), false);
+/// clock.advance(Duration::from_secs(1));
+/// b.tick();
+/// let s = b.snapshot();
+/// assert_eq!(s.state, State::Closed);
+/// assert_eq!((s.window.calls, s.window.errors, s.window.slow), (2, 1, 1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The state (under metrics-only: the state the breaker would be in).
+    pub state: State,
+    /// The override mode.
+    pub mode: Mode,
+    /// The generation: +1 per transition.
+    pub generation: u32,
+    /// Transitions into OPEN so far (trips and re-opens; forcing does not count).
+    pub trip_count: u64,
+    /// The backoff level: the current or next OPEN lasts `base × 2^level`, capped.
+    pub backoff_level: u8,
+    /// Consecutive breaching windows so far (CLOSED only).
+    pub consecutive_breaches: u8,
+    /// Probes in flight (HALF_OPEN only).
+    pub probes_in_flight: u8,
+    /// Consecutive good probes so far (HALF_OPEN only).
+    pub probe_successes: u8,
+    /// When OPEN: how long until the next probe is admitted.
+    pub next_probe_in: Option<Duration>,
+    /// When OPEN: how long it has been open.
+    pub open_for: Option<Duration>,
+    /// The last closed window.
+    pub window: WindowStats,
+    /// Calls a metrics-only breaker admitted that it would have rejected.
+    pub shadow_rejections: u64,
+    /// Transition events the listener never got (its queue overflowed).
+    pub events_lost: u64,
+    /// Time since the breaker was built, on its clock.
+    pub uptime: Duration,
+}
+
+/// Error from [`Breaker::local_handle`]: every reserved local shard is taken.
+///
+/// ```
+/// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+/// let first = b.local_handle().unwrap();
+/// assert!(b.local_handle().is_err());
+/// drop(first);
+/// assert!(b.local_handle().is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoLocalShard;
+
+impl fmt::Display for NoLocalShard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("every local shard reserved with `local_handles` is taken")
+    }
+}
+
+impl std::error::Error for NoLocalShard {}
+
+/// Window-close state, owned by whoever holds the tick lock.
+#[derive(Debug)]
+struct TickState {
+    /// End of the current window, relative nanoseconds.
+    window_end: u64,
+    /// Generation when the current window started: a window is judged only
+    /// if the breaker stayed CLOSED in one generation all through it.
+    window_gen: u32,
+    /// Per-window (calls, errors), newest at `ring_pos - 1`.
+    ring: Box<[(u64, u64)]>,
+    ring_pos: usize,
+    /// The highest time seen by window close (step-back detection).
+    high: u64,
+    last: WindowStats,
+}
+
+impl TickState {
+    fn clear_ring(&mut self) {
+        self.ring.iter_mut().for_each(|e| *e = (0, 0));
+    }
+
+    fn push(&mut self, calls: u64, errors: u64) {
+        let len = self.ring.len();
+        self.ring[self.ring_pos] = (calls, errors);
+        self.ring_pos = (self.ring_pos + 1) % len;
+    }
+
+    /// Sum of the newest `n` windows.
+    fn sum(&self, n: usize) -> (u64, u64) {
+        let len = self.ring.len();
+        (1..=n.min(len)).fold((0, 0), |(c, e), back| {
+            let (wc, we) = self.ring[(self.ring_pos + len - back) % len];
+            (c + wc, e + we)
+        })
+    }
+}
+
+pub(crate) struct Inner {
+    state: StateCell,
+    config: Config,
+    clock: ClockSource,
+    /// `clock.raw()` when the breaker was built.
+    origin: u64,
+    /// Added to the clock's reading so that window close never sees time go
+    /// back (raised when the clock steps back).
+    offset: AtomicU64,
+    shards: Shards,
+    /// OPEN: when the next probe may start, when it opened, and the
+    /// generation these two belong to (published after the CAS, under
+    /// `publish`).
+    deadline: AtomicU64,
+    opened_at: AtomicU64,
+    deadline_gen: AtomicU64,
+    publish: Mutex<()>,
+    /// HALF_OPEN: when the last probe slot was taken.
+    probe_taken_at: AtomicU64,
+    /// In-flight epochs below this were counted by window close.
+    claimed: AtomicU64,
+    trip_count: AtomicU64,
+    shadow_rejections: AtomicU64,
+    rng: AtomicU64,
+    /// Bit i set: local shard i is free.
+    local_free: AtomicU64,
+    tick: Mutex<TickState>,
+    events: Events,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("word", &self.state.load())
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A latency-primary circuit breaker for one downstream consumer.
+///
+/// Cheap to clone (an `Arc`); every clone is the same breaker. See the crate
+/// docs for the behaviour.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, State};
+/// use tailguard::clock::ManualClock;
+///
+/// let clock = ManualClock::new();
+/// let breaker = Breaker::builder().clock(clock.clone()).trip_windows(1).build()?;
+/// // A window in which 10% of the calls take 900 ms: its P99 is above 50 ms.
+/// for i in 0..100 {
+///     let ms = if i % 10 == 0 { 900 } else { 8 };
+///     breaker.allow()?.record_latency(Duration::from_millis(ms), true);
+/// }
+/// clock.advance(Duration::from_secs(1));
+/// breaker.tick();
+/// assert_eq!(breaker.state(), State::Open);
+/// assert!(breaker.allow().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Breaker {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Breaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// Measures nothing (disabled).
+    Disabled,
+    /// An ordinary call.
+    Normal,
+    /// A HALF_OPEN probe of this generation.
+    Probe(u32),
+}
+
+/// What a probe's verdict says.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ProbeOutcome {
+    Good,
+    Failed,
+    Slow,
+    Cancelled,
+}
+
+impl Breaker {
+    /// A builder with the defaults (see [`BreakerBuilder`]).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// # drop(b);
+    /// ```
+    pub fn builder() -> BreakerBuilder {
+        BreakerBuilder::default()
+    }
+
+    pub(crate) fn from_config(config: Config, clock: ClockSource, listener: Option<Listener>, register: bool) -> Self {
+        let origin = clock.raw();
+        let ring = vec![(0, 0); config.ring_len].into_boxed_slice();
+        let local_free = if config.local_handles == 64 {
+            u64::MAX
+        } else {
+            (1u64 << config.local_handles) - 1
+        };
+        let seed = origin ^ (&config as *const Config as u64).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+        let inner = Arc::new(Inner {
+            state: StateCell::new(),
+            shards: Shards::new(config.shards, config.local_handles),
+            tick: Mutex::new(TickState {
+                window_end: config.window_ns,
+                window_gen: 0,
+                ring,
+                ring_pos: 0,
+                high: 0,
+                last: WindowStats::default(),
+            }),
+            config,
+            clock,
+            origin,
+            offset: AtomicU64::new(0),
+            deadline: AtomicU64::new(0),
+            opened_at: AtomicU64::new(0),
+            deadline_gen: AtomicU64::new(u64::MAX),
+            publish: Mutex::new(()),
+            probe_taken_at: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
+            trip_count: AtomicU64::new(0),
+            shadow_rejections: AtomicU64::new(0),
+            rng: AtomicU64::new(seed),
+            local_free: AtomicU64::new(local_free),
+            events: Events::new(listener),
+        });
+        #[cfg(not(tailguard_loom))]
+        if register {
+            crate::ticker::register(&inner);
+        }
+        #[cfg(tailguard_loom)]
+        let _ = register;
+        Self { inner }
+    }
+
+    /// Asks to make a call. `Ok` carries the permit that records the call's
+    /// verdict; `Err` says the breaker is open (and when it will next
+    /// probe): route the call to the fallback.
+    ///
+    /// In CLOSED this is one atomic load and one read of the clock; it never
+    /// blocks, allocates or makes a system call in any state.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// match b.allow() {
+    ///     Ok(permit) => permit.record(true),
+    ///     Err(rejected) => panic!("closed breaker rejected: {rejected}"),
+    /// }
+    /// ```
+    #[inline]
+    pub fn allow(&self) -> Result<Permit<'_>, Rejected> {
+        self.inner.admit().map(|core| Permit { core })
+    }
+
+    /// Closes every window that is due at the clock's now, moves an OPEN
+    /// breaker whose backoff ran out to HALF_OPEN, and re-opens a HALF_OPEN
+    /// breaker whose probes all outlived their lease.
+    ///
+    /// A running [`Ticker`](crate::Ticker) calls this for every live
+    /// breaker; call it yourself when your runtime owns the timers, or in
+    /// tests with a [`ManualClock`](crate::clock::ManualClock).
+    ///
+    /// If the clock stepped back since the last tick, the breaker's notion
+    /// of time is held at the highest value seen, so a backward step never
+    /// prolongs OPEN by more than one tick.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// clock.advance(Duration::from_secs(1));
+    /// b.tick();
+    /// assert_eq!(b.snapshot().window.closed_at, Duration::from_secs(1));
+    /// ```
+    pub fn tick(&self) {
+        self.inner.tick();
+    }
+
+    /// The state (under metrics-only: the state the breaker would be in;
+    /// forced open reads `Open`; forced closed and disabled read `Closed`).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// assert_eq!(b.state(), tailguard::State::Closed);
+    /// ```
+    pub fn state(&self) -> State {
+        self.inner.state.load().state()
+    }
+
+    /// The override mode.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.disable();
+    /// assert_eq!(b.mode(), tailguard::Mode::Disabled);
+    /// ```
+    pub fn mode(&self) -> Mode {
+        self.inner.state.load().mode()
+    }
+
+    /// Rejects every call until [`reset`](Self::reset) (or another override).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_open();
+    /// assert!(b.allow().is_err());
+    /// ```
+    pub fn force_open(&self) {
+        self.inner.set_mode(State::Open, Mode::ForcedOpen, Reason::ForcedOpen);
+    }
+
+    /// Admits and measures every call, and never trips, until
+    /// [`reset`](Self::reset).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_closed();
+    /// assert!(b.allow().is_ok());
+    /// ```
+    pub fn force_closed(&self) {
+        self.inner
+            .set_mode(State::Closed, Mode::ForcedClosed, Reason::ForcedClosed);
+    }
+
+    /// Admits every call and measures nothing, until [`reset`](Self::reset).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.disable();
+    /// b.allow().unwrap().record(false);
+    /// ```
+    pub fn disable(&self) {
+        self.inner.set_mode(State::Closed, Mode::Disabled, Reason::Disabled);
+    }
+
+    /// Shadow mode: measures and decides as usual, reports what it would do
+    /// ([`state`](Self::state), [`Snapshot::shadow_rejections`]) and never
+    /// rejects. Starts from CLOSED.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.metrics_only();
+    /// b.trip_now();
+    /// assert_eq!(b.state(), tailguard::State::Open);
+    /// assert!(b.allow().is_ok());
+    /// assert_eq!(b.snapshot().shadow_rejections, 1);
+    /// ```
+    pub fn metrics_only(&self) {
+        self.inner
+            .set_mode(State::Closed, Mode::MetricsOnly, Reason::MetricsOnly);
+    }
+
+    /// Back to normal operation: CLOSED, no override, backoff level 0, no
+    /// breach windows counted.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_open();
+    /// b.reset();
+    /// assert!(b.allow().is_ok());
+    /// ```
+    pub fn reset(&self) {
+        self.inner.reset();
+    }
+
+    /// Trips the breaker now, as a breach would (trip count, backoff and
+    /// probing as usual); does nothing unless CLOSED. For tests and for an
+    /// operator who knows the consumer is down.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.trip_now();
+    /// assert_eq!(b.state(), tailguard::State::Open);
+    /// assert_eq!(b.snapshot().trip_count, 1);
+    /// ```
+    pub fn trip_now(&self) {
+        self.inner.trip_now();
+    }
+
+    /// An owned handle for one core, recording into a shard of its own
+    /// with no read-modify-write (see [`LocalHandle`]).
+    ///
+    /// # Errors
+    /// [`NoLocalShard`] if every shard reserved with
+    /// [`BreakerBuilder::local_handles`] is taken.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// h.allow().unwrap().record(true);
+    /// ```
+    pub fn local_handle(&self) -> Result<LocalHandle, NoLocalShard> {
+        let free = &self.inner.local_free;
+        let mut cur = free.load(Ordering::Acquire);
+        loop {
+            if cur == 0 {
+                return Err(NoLocalShard);
+            }
+            let index = cur.trailing_zeros() as usize;
+            match free.compare_exchange_weak(cur, cur & !(1 << index), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    return Ok(LocalHandle {
+                        inner: Arc::clone(&self.inner),
+                        index,
+                        _not_sync: PhantomData,
+                    })
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Reads everything at once (cold path: takes the window-close lock).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// assert_eq!(b.snapshot().generation, 0);
+    /// ```
+    pub fn snapshot(&self) -> Snapshot {
+        self.inner.snapshot()
+    }
+
+    /// Time since the breaker was built, on its clock.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// clock.advance(Duration::from_millis(3));
+    /// assert_eq!(b.uptime(), Duration::from_millis(3));
+    /// ```
+    pub fn uptime(&self) -> Duration {
+        Duration::from_nanos(self.inner.now())
+    }
+
+    /// Whether two handles are the same breaker.
+    ///
+    /// ```
+    /// let a = tailguard::Breaker::builder().build().unwrap();
+    /// assert!(a.ptr_eq(&a.clone()));
+    /// ```
+    pub fn ptr_eq(&self, other: &Breaker) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// The permit's data, shared by [`Permit`] and [`LocalPermit`].
+struct Core<'a> {
+    inner: &'a Inner,
+    start: u64,
+    kind: Kind,
+    /// In-flight epoch + 1, or 0 when not tracked.
+    epoch: u64,
+}
+
+/// Where a verdict is counted.
+#[derive(Clone, Copy)]
+enum Sink<'a> {
+    Shared,
+    Local(&'a LocalShard),
+}
+
+impl Sink<'_> {
+    #[inline(always)]
+    fn record(self, inner: &Inner, error: bool, slow: bool) {
+        match self {
+            Sink::Shared => {
+                let inc = CALL | if error { ERROR } else { 0 } | if slow { SLOW } else { 0 };
+                inner.shards.mine().record(inc);
+            }
+            Sink::Local(shard) => shard.record(error, slow),
+        }
+    }
+
+    fn cancel(self, inner: &Inner) {
+        match self {
+            Sink::Shared => inner.shards.mine().cancel(),
+            Sink::Local(shard) => shard.cancel(),
+        }
+    }
+}
+
+impl Core<'_> {
+    #[inline(always)]
+    fn measured(&self) -> u64 {
+        self.inner.clock.delta_nanos(self.start, self.inner.clock.raw())
+    }
+
+    /// Leaves the in-flight set; false if window close already counted this
+    /// call as slow (then it must not be counted again).
+    #[inline(always)]
+    fn leave_flight(&self) -> bool {
+        if self.epoch == 0 {
+            return true;
+        }
+        self.inner.leave_flight(self.epoch - 1)
+    }
+
+    #[inline(always)]
+    fn finish(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
+        let slow = latency_ns > self.inner.config.threshold_ns;
+        match self.kind {
+            Kind::Disabled => {}
+            Kind::Normal => {
+                if self.leave_flight() {
+                    sink.record(self.inner, !ok, slow);
+                }
+            }
+            Kind::Probe(gen) => {
+                sink.record(self.inner, !ok, slow);
+                let outcome = match (ok, slow) {
+                    (false, _) => ProbeOutcome::Failed,
+                    (true, true) => ProbeOutcome::Slow,
+                    (true, false) => ProbeOutcome::Good,
+                };
+                self.inner.probe_verdict(gen, outcome);
+            }
+        }
+    }
+
+    #[cold]
+    fn cancel(&self, sink: Sink<'_>) {
+        if self.kind == Kind::Disabled {
+            return;
+        }
+        match self.inner.config.cancel {
+            CancelPolicy::Failure => self.finish(self.measured(), false, sink),
+            CancelPolicy::Cancelled => match self.kind {
+                Kind::Probe(gen) => {
+                    sink.cancel(self.inner);
+                    self.inner.probe_verdict(gen, ProbeOutcome::Cancelled);
+                }
+                _ => {
+                    if self.leave_flight() {
+                        sink.cancel(self.inner);
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Permission to make one call; record its verdict with [`record`](Self::record)
+/// or [`record_latency`](Self::record_latency), which consume it.
+///
+/// Dropped without a verdict (a cancelled future, a panic, an early return)
+/// it counts as cancelled (or as a failure, per [`CancelPolicy`]), and a
+/// probe permit gives its slot back.
+///
+/// Recording twice does not compile:
+/// ```compile_fail
+/// let b = tailguard::Breaker::builder().build().unwrap();
+/// let p = b.allow().unwrap();
+/// p.record(true);
+/// p.record(true); // use of moved value
+/// ```
+#[must_use = "a permit is a call in flight: record its verdict, or drop it to cancel"]
+pub struct Permit<'a> {
+    core: Core<'a>,
+}
+
+impl Permit<'_> {
+    /// Records the verdict, measuring the latency since `allow` with the
+    /// breaker's clock.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow().unwrap().record(true);
+    /// ```
+    #[inline]
+    pub fn record(self, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        if this.core.kind != Kind::Disabled {
+            this.core.finish(this.core.measured(), ok, Sink::Shared);
+        }
+    }
+
+    /// Records the verdict with a latency the caller measured.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow().unwrap().record_latency(Duration::from_millis(8), true);
+    /// ```
+    #[inline]
+    pub fn record_latency(self, latency: Duration, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        this.core
+            .finish(crate::clock::duration_nanos_saturating(latency), ok, Sink::Shared);
+    }
+
+    /// Whether this permit is a HALF_OPEN probe.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// assert!(!b.allow().unwrap().is_probe());
+    /// ```
+    pub fn is_probe(&self) -> bool {
+        matches!(self.core.kind, Kind::Probe(_))
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        self.core.cancel(Sink::Shared);
+    }
+}
+
+impl fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("kind", &self.core.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An owned per-core handle on a breaker: its counters live in a shard with
+/// a single writer, so recording is plain loads and stores (no
+/// read-modify-write). `Send` (move it to its core) but neither `Sync` nor
+/// `Clone`; its permits are not `Send`. Dropping it frees the shard for
+/// another handle.
+///
+/// ```
+/// use std::time::Duration;
+/// let b = tailguard::Breaker::builder().local_handles(2).build().unwrap();
+/// let handles: Vec<_> = (0..2).map(|_| b.local_handle().unwrap()).collect();
+/// std::thread::scope(|s| {
+///     for h in handles {
+///         s.spawn(move || h.allow().unwrap().record_latency(Duration::from_millis(1), true));
+///     }
+/// });
+/// ```
+///
+/// A handle cannot be shared between threads:
+/// ```compile_fail
+/// fn is_sync<T: Sync>() {}
+/// is_sync::<tailguard::LocalHandle>();
+/// ```
+pub struct LocalHandle {
+    inner: Arc<Inner>,
+    index: usize,
+    _not_sync: PhantomData<core::cell::Cell<()>>,
+}
+
+impl LocalHandle {
+    /// As [`Breaker::allow`], recording into this handle's shard.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// assert!(h.allow().is_ok());
+    /// ```
+    #[inline]
+    pub fn allow(&self) -> Result<LocalPermit<'_>, Rejected> {
+        self.inner.admit().map(|core| LocalPermit { core, handle: self })
+    }
+
+    /// The breaker this handle records for.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// assert!(h.breaker().ptr_eq(&b));
+    /// ```
+    pub fn breaker(&self) -> Breaker {
+        Breaker {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    fn shard(&self) -> &LocalShard {
+        &self.inner.shards.local[self.index]
+    }
+}
+
+impl Drop for LocalHandle {
+    fn drop(&mut self) {
+        self.inner.local_free.fetch_or(1 << self.index, Ordering::AcqRel);
+    }
+}
+
+impl fmt::Debug for LocalHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalHandle")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A permit from a [`LocalHandle`]; as [`Permit`], but stays on the
+/// handle's thread.
+///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<tailguard::LocalPermit<'static>>();
+/// ```
+#[must_use = "a permit is a call in flight: record its verdict, or drop it to cancel"]
+pub struct LocalPermit<'a> {
+    core: Core<'a>,
+    handle: &'a LocalHandle,
+}
+
+impl LocalPermit<'_> {
+    /// As [`Permit::record`].
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// b.local_handle().unwrap().allow().unwrap().record(true);
+    /// ```
+    #[inline]
+    pub fn record(self, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        if this.core.kind != Kind::Disabled {
+            this.core
+                .finish(this.core.measured(), ok, Sink::Local(this.handle.shard()));
+        }
+    }
+
+    /// As [`Permit::record_latency`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// b.local_handle().unwrap().allow().unwrap().record_latency(Duration::from_millis(2), true);
+    /// ```
+    #[inline]
+    pub fn record_latency(self, latency: Duration, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        this.core.finish(
+            crate::clock::duration_nanos_saturating(latency),
+            ok,
+            Sink::Local(this.handle.shard()),
+        );
+    }
+
+    /// Whether this permit is a HALF_OPEN probe.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// assert!(!b.local_handle().unwrap().allow().unwrap().is_probe());
+    /// ```
+    pub fn is_probe(&self) -> bool {
+        matches!(self.core.kind, Kind::Probe(_))
+    }
+}
+
+impl Drop for LocalPermit<'_> {
+    fn drop(&mut self) {
+        self.core.cancel(Sink::Local(self.handle.shard()));
+    }
+}
+
+impl fmt::Debug for LocalPermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalPermit")
+            .field("kind", &self.core.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    /// Nanoseconds since the breaker was built, never below what window
+    /// close has already seen (see `offset`).
+    #[inline]
+    fn now(&self) -> u64 {
+        let rel = self.clock.delta_nanos(self.origin, self.clock.raw());
+        rel.saturating_add(self.offset.load(Ordering::Acquire))
+    }
+
+    #[inline]
+    fn now_from_raw(&self, raw: u64) -> u64 {
+        self.clock
+            .delta_nanos(self.origin, raw)
+            .saturating_add(self.offset.load(Ordering::Acquire))
+    }
+
+    /// `allow` for both handle kinds.
+    #[inline(always)]
+    fn admit(&self) -> Result<Core<'_>, Rejected> {
+        let word = self.state.load();
+        if word.0 & FAST_PATH_MASK == 0 {
+            return Ok(self.normal_permit());
+        }
+        self.admit_slow(word)
+    }
+
+    #[inline(always)]
+    fn normal_permit(&self) -> Core<'_> {
+        let start = self.clock.raw();
+        let epoch = if self.config.track_in_flight {
+            self.enter_flight(start)
+        } else {
+            0
+        };
+        Core {
+            inner: self,
+            start,
+            kind: Kind::Normal,
+            epoch,
+        }
+    }
+
+    #[inline(never)]
+    fn admit_slow(&self, mut word: Word) -> Result<Core<'_>, Rejected> {
+        loop {
+            match word.mode() {
+                Mode::Disabled => {
+                    return Ok(Core {
+                        inner: self,
+                        start: 0,
+                        kind: Kind::Disabled,
+                        epoch: 0,
+                    })
+                }
+                Mode::ForcedOpen => {
+                    return Err(Rejected {
+                        reason: RejectReason::ForcedOpen,
+                        retry_after: None,
+                    })
+                }
+                Mode::ForcedClosed => return Ok(self.normal_permit()),
+                Mode::Normal | Mode::MetricsOnly => {}
+            }
+            let verdict = match word.state() {
+                State::Closed => return Ok(self.normal_permit()),
+                State::Open => self.admit_open(word),
+                State::HalfOpen => self.admit_half_open(word),
+            };
+            match verdict {
+                Admit::Probe(core) => return Ok(core),
+                Admit::Retry(w) => word = w,
+                Admit::Reject(rejected) => {
+                    if word.mode() == Mode::MetricsOnly {
+                        self.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+                        return Ok(self.normal_permit());
+                    }
+                    return Err(rejected);
+                }
+            }
+        }
+    }
+
+    /// OPEN: reject until the deadline; the first caller past it moves the
+    /// breaker to HALF_OPEN and is its first probe.
+    fn admit_open(&self, word: Word) -> Admit<'_> {
+        let gen = u64::from(word.generation());
+        if self.deadline_gen.load(Ordering::Acquire) != gen {
+            // The transition into OPEN is being published right now.
+            let d = self.config.backoff_ns(word.level());
+            return Admit::Reject(Rejected {
+                reason: RejectReason::Open,
+                retry_after: Some(Duration::from_nanos(d)),
+            });
+        }
+        let deadline = self.deadline.load(Ordering::Acquire);
+        let raw = self.clock.raw();
+        let mut now = self.now_from_raw(raw);
+        let opened_at = self.opened_at.load(Ordering::Acquire);
+        if now < opened_at {
+            // The clock stepped back to before the trip: hold time there.
+            now = self.raise_offset(raw, opened_at);
+        }
+        if now < deadline {
+            return Admit::Reject(Rejected {
+                reason: RejectReason::Open,
+                retry_after: Some(Duration::from_nanos(deadline - now)),
+            });
+        }
+        let (_, stored, ()) = self.state.update(|w| {
+            if w != word {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.transition(State::HalfOpen, w.mode()).with_probes(1), ())
+        });
+        match stored {
+            Some(next) => {
+                self.probe_taken_at.store(now, Ordering::Release);
+                self.announce(word, next, Reason::BackoffElapsed, now);
+                Admit::Probe(Core {
+                    inner: self,
+                    start: raw,
+                    kind: Kind::Probe(next.generation()),
+                    epoch: 0,
+                })
+            }
+            None => Admit::Retry(self.state.load()),
+        }
+    }
+
+    /// HALF_OPEN: take a probe slot if one is free (atomically: a caller
+    /// that loses the race for the last slot is rejected, never admitted
+    /// without one).
+    fn admit_half_open(&self, word: Word) -> Admit<'_> {
+        let limit = self.config.probes;
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.state() != State::HalfOpen || w.generation() != word.generation() || w.probes() >= limit {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.with_probes(w.probes() + 1), ())
+        });
+        let raw = self.clock.raw();
+        let now = self.now_from_raw(raw);
+        if let Some(next) = stored {
+            self.probe_taken_at.store(now, Ordering::Release);
+            return Admit::Probe(Core {
+                inner: self,
+                start: raw,
+                kind: Kind::Probe(next.generation()),
+                epoch: 0,
+            });
+        }
+        if seen.state() != State::HalfOpen || seen.generation() != word.generation() {
+            return Admit::Retry(seen);
+        }
+        if self.lease_expired(seen, now) {
+            return Admit::Retry(self.state.load());
+        }
+        Admit::Reject(Rejected {
+            reason: RejectReason::ProbesBusy,
+            retry_after: None,
+        })
+    }
+
+    /// If every probe slot of `word`'s generation has been held past the
+    /// lease, re-open (a probe that has not answered within the lease is
+    /// slower than the threshold). Returns whether it did.
+    fn lease_expired(&self, word: Word, now: u64) -> bool {
+        if word.state() != State::HalfOpen || word.probes() < self.config.probes {
+            return false;
+        }
+        let taken = self.probe_taken_at.load(Ordering::Acquire);
+        if now < taken.saturating_add(self.config.lease_ns) {
+            return false;
+        }
+        self.reopen(word.generation(), Reason::ProbeLeaseExpired, now)
+    }
+
+    /// HALF_OPEN → OPEN with the next backoff, if still in generation `gen`.
+    fn reopen(&self, gen: u32, reason: Reason, now: u64) -> bool {
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.state() != State::HalfOpen || w.generation() != gen {
+                return Decision::Keep(());
+            }
+            let level = w.level().saturating_add(1).min(MAX_LEVEL);
+            Decision::Set(w.transition(State::Open, w.mode()).with_level(level), ())
+        });
+        match stored {
+            Some(next) => {
+                self.announce(seen, next, reason, now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn probe_verdict(&self, gen: u32, outcome: ProbeOutcome) {
+        let successes = self.config.successes;
+        let (seen, stored, reason) = self.state.update(|w| {
+            if w.state() != State::HalfOpen || w.generation() != gen {
+                // A verdict from an earlier generation decides nothing.
+                return Decision::Keep(None);
+            }
+            let probes = w.probes().saturating_sub(1);
+            match outcome {
+                ProbeOutcome::Cancelled => Decision::Set(w.with_probes(probes), None),
+                ProbeOutcome::Good if w.successes().saturating_add(1) >= successes => Decision::Set(
+                    w.transition(State::Closed, w.mode()).with_level(0),
+                    Some(Reason::ProbesSucceeded),
+                ),
+                ProbeOutcome::Good => Decision::Set(
+                    w.with_probes(probes).with_successes(w.successes().saturating_add(1)),
+                    None,
+                ),
+                ProbeOutcome::Failed | ProbeOutcome::Slow => {
+                    let level = w.level().saturating_add(1).min(MAX_LEVEL);
+                    let reason = if outcome == ProbeOutcome::Slow {
+                        Reason::ProbeSlow
+                    } else {
+                        Reason::ProbeFailed
+                    };
+                    Decision::Set(w.transition(State::Open, w.mode()).with_level(level), Some(reason))
+                }
+            }
+        });
+        if let (Some(next), Some(reason)) = (stored, reason) {
+            self.announce(seen, next, reason, self.now());
+        }
+    }
+
+    /// After a transition `from` → `to` (already stored): publish an OPEN
+    /// deadline, count a trip, queue the event and deliver events. Called
+    /// with no lock held except possibly the tick lock (then `deliver` is
+    /// left to the caller).
+    fn announce(&self, from: Word, to: Word, reason: Reason, now: u64) {
+        self.note(from, to, reason, now);
+        self.events.deliver();
+    }
+
+    /// `announce` without delivering.
+    fn note(&self, from: Word, to: Word, reason: Reason, now: u64) {
+        if to.state() == State::Open && to.mode() != Mode::ForcedOpen {
+            self.trip_count.fetch_add(1, Ordering::Relaxed);
+            let backoff = self.config.backoff_ns(to.level());
+            let r = splitmix(self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed));
+            let d = self.config.jittered(backoff, r);
+            let _guard = self.publish.lock();
+            // Publish only if no later transition happened meanwhile; under
+            // the lock, so a slow publisher cannot overwrite a later one.
+            if self.state.load().generation() == to.generation() {
+                self.deadline.store(now.saturating_add(d), Ordering::Relaxed);
+                self.opened_at.store(now, Ordering::Relaxed);
+                self.deadline_gen.store(u64::from(to.generation()), Ordering::Release);
+            }
+        }
+        if self.events.has_listener() {
+            self.events.push(Transition {
+                from: from.state(),
+                to: to.state(),
+                from_mode: from.mode(),
+                to_mode: to.mode(),
+                generation: to.generation(),
+                reason,
+                at: Duration::from_nanos(now),
+            });
+        }
+    }
+
+    fn set_mode(&self, state: State, mode: Mode, reason: Reason) {
+        let (seen, stored, ()) = self.state.update(|w| Decision::Set(w.transition(state, mode), ()));
+        if let Some(next) = stored {
+            self.announce(seen, next, reason, self.now());
+        }
+    }
+
+    fn reset(&self) {
+        let (seen, stored, ()) = self
+            .state
+            .update(|w| Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), ()));
+        if let Some(next) = stored {
+            self.announce(seen, next, Reason::Reset, self.now());
+        }
+    }
+
+    fn trip_now(&self) {
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.state() != State::Closed || !matches!(w.mode(), Mode::Normal | Mode::MetricsOnly) {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.transition(State::Open, w.mode()), ())
+        });
+        if let Some(next) = stored {
+            self.announce(seen, next, Reason::ManualTrip, self.now());
+        }
+    }
+
+    /// Raises `offset` so that the reading `raw` maps to at least `floor`;
+    /// returns the corrected time.
+    #[cold]
+    fn raise_offset(&self, raw: u64, floor: u64) -> u64 {
+        let rel = self.clock.delta_nanos(self.origin, raw);
+        let want = floor.saturating_sub(rel);
+        let prev = self.offset.fetch_max(want, Ordering::AcqRel);
+        rel.saturating_add(prev.max(want))
+    }
+
+    // ---- in-flight tracking ----
+
+    #[inline]
+    fn enter_flight(&self, start_raw: u64) -> u64 {
+        let epoch = self.now_from_raw(start_raw) / self.config.epoch_ns;
+        self.shards.mine().in_flight[(epoch % INFLIGHT_SLOTS as u64) as usize].fetch_add(1, Ordering::AcqRel);
+        epoch + 1
+    }
+
+    #[inline]
+    fn leave_flight(&self, epoch: u64) -> bool {
+        if epoch < self.claimed.load(Ordering::Acquire) {
+            return false;
+        }
+        self.shards.mine().in_flight[(epoch % INFLIGHT_SLOTS as u64) as usize].fetch_sub(1, Ordering::AcqRel);
+        true
+    }
+
+    /// Counts (and claims) the calls still in flight that started in an
+    /// epoch wholly older than `now − threshold`. Every count taken comes
+    /// from a call at least that old: a slot of epoch `e` can hold calls of
+    /// `e` or of older epochs that aliased onto it, never younger ones,
+    /// because at most `INFLIGHT_SLOTS` unclaimed epochs are read.
+    fn claim_in_flight(&self, now: u64) -> u64 {
+        let g = self.config.epoch_ns;
+        let target = now.saturating_sub(self.config.threshold_ns) / g;
+        let current = now / g;
+        let claimed = self.claimed.load(Ordering::Acquire);
+        let start = claimed.max(current.saturating_sub(INFLIGHT_SLOTS as u64 - 1));
+        if target <= start {
+            if target > claimed {
+                self.claimed.store(target, Ordering::Release);
+            }
+            return 0;
+        }
+        // Claim first, then take: a verdict that still sees the old mark
+        // subtracts before the take (counted once, as a completed call).
+        self.claimed.store(target, Ordering::SeqCst);
+        let mut total: i64 = 0;
+        for e in start..target {
+            let slot = (e % INFLIGHT_SLOTS as u64) as usize;
+            for shard in self.shards.shared() {
+                total = total.wrapping_add(shard.in_flight[slot].swap(0, Ordering::AcqRel) as i64);
+            }
+        }
+        total.max(0) as u64
+    }
+
+    // ---- window close ----
+
+    fn tick(&self) {
+        let mut ts = self.tick.lock();
+        let delivered = self.tick_locked(&mut ts);
+        drop(ts);
+        if delivered {
+            self.events.deliver();
+        }
+    }
+
+    /// Returns whether events may be waiting for delivery; also the
+    /// nanoseconds until something is next due, for the ticker.
+    fn tick_locked(&self, ts: &mut TickState) -> bool {
+        let raw = self.clock.raw();
+        let mut now = self.now_from_raw(raw);
+        if now < ts.high {
+            now = self.raise_offset(raw, ts.high);
+        }
+        ts.high = now;
+        let mut noted = false;
+
+        // OPEN whose backoff ran out: HALF_OPEN now, even with no caller.
+        let word = self.state.load();
+        if word.state() == State::Open
+            && word.mode() != Mode::ForcedOpen
+            && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation())
+            && now >= self.deadline.load(Ordering::Acquire)
+        {
+            let (_, stored, ()) = self.state.update(|w| {
+                if w != word {
+                    return Decision::Keep(());
+                }
+                Decision::Set(w.transition(State::HalfOpen, w.mode()), ())
+            });
+            if let Some(next) = stored {
+                self.note(word, next, Reason::BackoffElapsed, now);
+                noted = true;
+            }
+        }
+        // HALF_OPEN with every slot held past the lease.
+        let word = self.state.load();
+        if word.state() == State::HalfOpen && word.probes() >= self.config.probes {
+            let taken = self.probe_taken_at.load(Ordering::Acquire);
+            if now >= taken.saturating_add(self.config.lease_ns) {
+                let (seen, stored, ()) = self.state.update(|w| {
+                    if w != word {
+                        return Decision::Keep(());
+                    }
+                    let level = w.level().saturating_add(1).min(MAX_LEVEL);
+                    Decision::Set(w.transition(State::Open, w.mode()).with_level(level), ())
+                });
+                if let Some(next) = stored {
+                    self.note(seen, next, Reason::ProbeLeaseExpired, now);
+                    noted = true;
+                }
+            }
+        }
+
+        // Windows.
+        if now < ts.window_end {
+            return noted;
+        }
+        let w = self.config.window_ns;
+        let due = (now - ts.window_end) / w + 1;
+        // After `ring_len + 1` empty windows nothing of the past is left;
+        // the rest of a long gap is skipped in one step.
+        let run = due.min(ts.ring.len() as u64 + 2);
+        for i in 0..run {
+            let mut counts = Counts::default();
+            let mut in_flight = 0;
+            if i == 0 {
+                self.shards.drain(&mut counts);
+                if self.config.track_in_flight {
+                    in_flight = self.claim_in_flight(now);
+                }
+            }
+            let closed_at = ts.window_end;
+            noted |= self.close_window(ts, counts, in_flight, closed_at, now);
+            ts.window_end += w;
+        }
+        ts.window_end += (due - run) * w;
+        noted
+    }
+
+    /// Judges one closed window. Returns whether it queued an event.
+    fn close_window(&self, ts: &mut TickState, counts: Counts, in_flight: u64, closed_at: u64, now: u64) -> bool {
+        let calls = counts.calls + in_flight;
+        let slow = counts.slow + in_flight;
+        ts.last = WindowStats {
+            calls,
+            errors: counts.errors,
+            slow,
+            cancelled: counts.cancelled,
+            in_flight_slow: in_flight,
+            closed_at: Duration::from_nanos(closed_at),
+        };
+        let word = self.state.load();
+        let judged = word.state() == State::Closed
+            && matches!(word.mode(), Mode::Normal | Mode::MetricsOnly)
+            && word.generation() == ts.window_gen;
+        if !judged {
+            ts.clear_ring();
+            ts.window_gen = word.generation();
+            return false;
+        }
+        ts.push(calls, counts.errors);
+        let c = &self.config;
+        let latency_breach = calls > 0 && calls >= c.min_calls && (slow as f64) > c.slow_fraction * calls as f64;
+        let (roll_calls, roll_errors) = ts.sum(c.error_windows);
+        let error_trip =
+            roll_calls > 0 && roll_calls >= c.min_calls && (roll_errors as f64) > c.error_rate * roll_calls as f64;
+        let count_trip = c.failure_count.is_some_and(|(n, span)| ts.sum(span).1 >= n);
+
+        let (seen, stored, reason) = self.state.update(|w| {
+            if w.state() != State::Closed || w.generation() != ts.window_gen {
+                return Decision::Keep(None);
+            }
+            let breaches = if latency_breach {
+                w.breaches().saturating_add(1)
+            } else {
+                0
+            };
+            let reason = if breaches >= c.trip_windows {
+                Some(Reason::LatencyBreach)
+            } else if error_trip {
+                Some(Reason::ErrorRate)
+            } else if count_trip {
+                Some(Reason::FailureCount)
+            } else {
+                None
+            };
+            match reason {
+                Some(r) => Decision::Set(w.transition(State::Open, w.mode()), Some(r)),
+                None if breaches != w.breaches() => Decision::Set(w.with_breaches(breaches), None),
+                None => Decision::Keep(None),
+            }
+        });
+        let current = stored.unwrap_or(seen);
+        if current.generation() != ts.window_gen {
+            ts.clear_ring();
+            ts.window_gen = current.generation();
+        }
+        match (stored, reason) {
+            (Some(next), Some(reason)) => {
+                self.note(seen, next, reason, now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let last = self.tick.lock().last;
+        let word = self.state.load();
+        let now = self.now();
+        let open = word.state() == State::Open
+            && word.mode() != Mode::ForcedOpen
+            && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation());
+        let (next_probe_in, open_for) = if open {
+            let deadline = self.deadline.load(Ordering::Acquire);
+            let opened = self.opened_at.load(Ordering::Acquire);
+            (
+                Some(Duration::from_nanos(deadline.saturating_sub(now))),
+                Some(Duration::from_nanos(now.saturating_sub(opened))),
+            )
+        } else {
+            (None, None)
+        };
+        Snapshot {
+            state: word.state(),
+            mode: word.mode(),
+            generation: word.generation(),
+            trip_count: self.trip_count.load(Ordering::Relaxed),
+            backoff_level: word.level(),
+            consecutive_breaches: word.breaches(),
+            probes_in_flight: word.probes(),
+            probe_successes: word.successes(),
+            next_probe_in,
+            open_for,
+            window: last,
+            shadow_rejections: self.shadow_rejections.load(Ordering::Relaxed),
+            events_lost: self.events.lost(),
+            uptime: Duration::from_nanos(now),
+        }
+    }
+
+    /// For the ticker: tick, and say how long until the next window end.
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn tick_for_ticker(&self) -> u64 {
+        let mut ts = self.tick.lock();
+        let noted = self.tick_locked(&mut ts);
+        let now = ts.high;
+        let mut until = ts.window_end.saturating_sub(now);
+        drop(ts);
+        let word = self.state.load();
+        if word.state() == State::Open && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation()) {
+            until = until.min(self.deadline.load(Ordering::Acquire).saturating_sub(now));
+        }
+        if noted {
+            self.events.deliver();
+        }
+        until
+    }
+}
+
+enum Admit<'a> {
+    Probe(Core<'a>),
+    Retry(Word),
+    Reject(Rejected),
+}
+
+/// One step of SplitMix64: a cheap, well-mixed random number for jitter.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,134 @@
+//! Transition events: queued in generation order, delivered outside any
+//! lock, by whichever thread finds no delivery in progress.
+//!
+//! Each transition is pushed (under a short lock) by the thread that won its
+//! CAS, and that thread then calls [`Events::deliver`] once it holds no other
+//! lock. Delivery hands events to the listener strictly in generation order:
+//! an event whose predecessor has not been pushed yet waits for it (its
+//! pusher will deliver both). The queue is preallocated; if a listener is so
+//! slow that `CAPACITY` events pile up, further events are counted as lost
+//! and delivery skips the gap, never reordering.
+
+use crate::breaker::Transition;
+use crate::sync::Mutex;
+use std::collections::VecDeque;
+
+const CAPACITY: usize = 64;
+const GEN_MODULUS: u32 = 1 << 30;
+
+pub(crate) type Listener = Box<dyn Fn(&Transition) + Send + Sync + 'static>;
+
+struct Queue {
+    pending: VecDeque<Transition>,
+    next: u32,
+    delivering: bool,
+    skip_gap: bool,
+    lost: u64,
+}
+
+pub(crate) struct Events {
+    listener: Option<Listener>,
+    queue: Mutex<Queue>,
+}
+
+impl core::fmt::Debug for Events {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Events")
+            .field("listener", &self.listener.is_some())
+            .finish()
+    }
+}
+
+/// Distance from `from` forward to `to` in the 30-bit generation space.
+fn distance(from: u32, to: u32) -> u32 {
+    to.wrapping_sub(from) % GEN_MODULUS
+}
+
+impl Events {
+    pub(crate) fn new(listener: Option<Listener>) -> Self {
+        let capacity = if listener.is_some() { CAPACITY } else { 0 };
+        Self {
+            listener,
+            queue: Mutex::new(Queue {
+                pending: VecDeque::with_capacity(capacity),
+                next: 1,
+                delivering: false,
+                skip_gap: false,
+                lost: 0,
+            }),
+        }
+    }
+
+    pub(crate) fn has_listener(&self) -> bool {
+        self.listener.is_some()
+    }
+
+    /// Queues one transition. Never allocates, never calls the listener.
+    pub(crate) fn push(&self, event: Transition) {
+        if self.listener.is_none() {
+            return;
+        }
+        let mut q = self.queue.lock();
+        let d = distance(q.next, event.generation);
+        if d >= GEN_MODULUS / 2 || q.pending.len() == CAPACITY {
+            // Older than what was already delivered (after a gap), or no
+            // room: count it, and let delivery skip the hole it leaves.
+            q.lost += 1;
+            q.skip_gap = true;
+            return;
+        }
+        let at = q
+            .pending
+            .iter()
+            .position(|e| distance(q.next, e.generation) > d)
+            .unwrap_or(q.pending.len());
+        q.pending.insert(at, event);
+    }
+
+    /// Hands queued events to the listener in order, unless another thread
+    /// is already doing so (it will deliver these too).
+    pub(crate) fn deliver(&self) {
+        let Some(listener) = &self.listener else { return };
+        let mut q = self.queue.lock();
+        if q.delivering {
+            return;
+        }
+        q.delivering = true;
+        // Clears `delivering` even if the listener panics.
+        struct Reset<'a>(&'a Mutex<Queue>);
+        impl Drop for Reset<'_> {
+            fn drop(&mut self) {
+                self.0.lock().delivering = false;
+            }
+        }
+        drop(q);
+        let _reset = Reset(&self.queue);
+        loop {
+            let mut q = self.queue.lock();
+            let ready = match q.pending.front() {
+                Some(e) => e.generation == q.next || q.skip_gap,
+                None => false,
+            };
+            if !ready {
+                // `_reset` clears `delivering` after this guard is dropped;
+                // a push that races in now will find `delivering` set only
+                // until then, so do the final check and clear under one lock.
+                q.delivering = false;
+                drop(q);
+                core::mem::forget(_reset);
+                return;
+            }
+            let event = q.pending.pop_front().expect("front was checked");
+            q.next = (event.generation + 1) % GEN_MODULUS;
+            if q.pending.is_empty() {
+                q.skip_gap = false;
+            }
+            drop(q);
+            listener(&event);
+        }
+    }
+
+    pub(crate) fn lost(&self) -> u64 {
+        self.queue.lock().lost
+    }
+}

@@ -1,0 +1,311 @@
+//! The breaker's state word: one `AtomicU64`, changed only by CAS over a
+//! pure decision function.
+//!
+//! # Bit table
+//!
+//! | bits   | field                | values                                                        |
+//! |--------|----------------------|---------------------------------------------------------------|
+//! | 0–1    | state                | 0 CLOSED, 1 OPEN, 2 HALF_OPEN (3 never occurs)                |
+//! | 2–4    | override mode        | 0 none, 1 forced open, 2 forced closed, 3 disabled, 4 metrics-only (5–7 never occur) |
+//! | 5–9    | backoff level        | 0–31; the OPEN duration is `base × 2^level`, capped           |
+//! | 10–17  | consecutive breaches | 0–255; only non-zero in CLOSED                                |
+//! | 18–25  | probes in flight     | 0–255; only non-zero in HALF_OPEN                             |
+//! | 26–33  | probe successes      | 0–255; only non-zero in HALF_OPEN                             |
+//! | 34–63  | generation           | 30 bits, wrapping; +1 on every transition, never otherwise    |
+//!
+//! The hot path of `allow` in CLOSED tests `word & (STATE | MODE) == 0`: one
+//! load and one test. Every transition (a change of state or mode) goes
+//! through [`StateCell::transition`], which bumps the generation by exactly
+//! one; updates that are not transitions (a probe taken or returned, a
+//! breach counted) keep it.
+
+use crate::sync::{AtomicU64, Ordering};
+use core::fmt;
+
+const STATE_SHIFT: u32 = 0;
+const STATE_MASK: u64 = 0b11 << STATE_SHIFT;
+const MODE_SHIFT: u32 = 2;
+const MODE_MASK: u64 = 0b111 << MODE_SHIFT;
+const LEVEL_SHIFT: u32 = 5;
+const LEVEL_MASK: u64 = 0b1_1111 << LEVEL_SHIFT;
+const BREACH_SHIFT: u32 = 10;
+const BREACH_MASK: u64 = 0xff << BREACH_SHIFT;
+const PROBES_SHIFT: u32 = 18;
+const PROBES_MASK: u64 = 0xff << PROBES_SHIFT;
+const SUCCESS_SHIFT: u32 = 26;
+const SUCCESS_MASK: u64 = 0xff << SUCCESS_SHIFT;
+const GEN_SHIFT: u32 = 34;
+const GEN_BITS: u32 = 30;
+const GEN_MASK: u64 = ((1 << GEN_BITS) - 1) << GEN_SHIFT;
+
+/// Mask of the bits that must be zero for the CLOSED fast path.
+pub(crate) const FAST_PATH_MASK: u64 = STATE_MASK | MODE_MASK;
+/// Highest backoff level kept; `base × 2^31` exceeds any accepted maximum.
+pub(crate) const MAX_LEVEL: u8 = 31;
+
+/// The breaker's state.
+///
+/// ```
+/// use tailguard::{Breaker, State};
+/// let b = Breaker::builder().build().unwrap();
+/// assert_eq!(b.state(), State::Closed);
+/// b.force_open();
+/// assert_eq!(b.state(), State::Open);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Calls pass and are measured.
+    Closed,
+    /// Calls are rejected at once.
+    Open,
+    /// A bounded number of probe calls pass.
+    HalfOpen,
+}
+
+impl State {
+    /// The Prometheus encoding: 0 closed, 1 open, 2 half-open.
+    ///
+    /// ```
+    /// assert_eq!(tailguard::State::HalfOpen.as_metric(), 2);
+    /// ```
+    pub fn as_metric(self) -> u8 {
+        match self {
+            State::Closed => 0,
+            State::Open => 1,
+            State::HalfOpen => 2,
+        }
+    }
+
+    fn from_bits(bits: u64) -> Self {
+        match bits {
+            1 => State::Open,
+            2 => State::HalfOpen,
+            _ => State::Closed,
+        }
+    }
+
+    fn bits(self) -> u64 {
+        u64::from(self.as_metric())
+    }
+}
+
+/// An operator override, reported apart from the [`State`].
+///
+/// ```
+/// use tailguard::{Breaker, Mode};
+/// let b = Breaker::builder().build().unwrap();
+/// b.metrics_only();
+/// assert_eq!(b.mode(), Mode::MetricsOnly);
+/// b.reset();
+/// assert_eq!(b.mode(), Mode::Normal);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// No override: the breaker decides.
+    Normal,
+    /// Every call is rejected ([`Breaker::force_open`](crate::Breaker::force_open)).
+    ForcedOpen,
+    /// Every call passes and is measured; the breaker never trips
+    /// ([`Breaker::force_closed`](crate::Breaker::force_closed)).
+    ForcedClosed,
+    /// Every call passes; nothing is measured ([`Breaker::disable`](crate::Breaker::disable)).
+    Disabled,
+    /// The breaker measures and decides as in `Normal`, reports what it
+    /// would do, and never rejects ([`Breaker::metrics_only`](crate::Breaker::metrics_only)).
+    MetricsOnly,
+}
+
+impl Mode {
+    fn from_bits(bits: u64) -> Self {
+        match bits {
+            1 => Mode::ForcedOpen,
+            2 => Mode::ForcedClosed,
+            3 => Mode::Disabled,
+            4 => Mode::MetricsOnly,
+            _ => Mode::Normal,
+        }
+    }
+
+    fn bits(self) -> u64 {
+        match self {
+            Mode::Normal => 0,
+            Mode::ForcedOpen => 1,
+            Mode::ForcedClosed => 2,
+            Mode::Disabled => 3,
+            Mode::MetricsOnly => 4,
+        }
+    }
+}
+
+/// A decoded copy of the state word.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Word(pub(crate) u64);
+
+impl Word {
+    pub(crate) const INITIAL: Word = Word(0);
+
+    #[inline]
+    pub(crate) fn state(self) -> State {
+        State::from_bits((self.0 & STATE_MASK) >> STATE_SHIFT)
+    }
+    #[inline]
+    pub(crate) fn mode(self) -> Mode {
+        Mode::from_bits((self.0 & MODE_MASK) >> MODE_SHIFT)
+    }
+    #[inline]
+    pub(crate) fn level(self) -> u8 {
+        ((self.0 & LEVEL_MASK) >> LEVEL_SHIFT) as u8
+    }
+    #[inline]
+    pub(crate) fn breaches(self) -> u8 {
+        ((self.0 & BREACH_MASK) >> BREACH_SHIFT) as u8
+    }
+    #[inline]
+    pub(crate) fn probes(self) -> u8 {
+        ((self.0 & PROBES_MASK) >> PROBES_SHIFT) as u8
+    }
+    #[inline]
+    pub(crate) fn successes(self) -> u8 {
+        ((self.0 & SUCCESS_MASK) >> SUCCESS_SHIFT) as u8
+    }
+    #[inline]
+    pub(crate) fn generation(self) -> u32 {
+        ((self.0 & GEN_MASK) >> GEN_SHIFT) as u32
+    }
+
+    fn with(self, mask: u64, shift: u32, value: u64) -> Word {
+        Word((self.0 & !mask) | ((value << shift) & mask))
+    }
+    pub(crate) fn with_level(self, level: u8) -> Word {
+        self.with(LEVEL_MASK, LEVEL_SHIFT, u64::from(level.min(MAX_LEVEL)))
+    }
+    pub(crate) fn with_breaches(self, n: u8) -> Word {
+        self.with(BREACH_MASK, BREACH_SHIFT, u64::from(n))
+    }
+    pub(crate) fn with_probes(self, n: u8) -> Word {
+        self.with(PROBES_MASK, PROBES_SHIFT, u64::from(n))
+    }
+    pub(crate) fn with_successes(self, n: u8) -> Word {
+        self.with(SUCCESS_MASK, SUCCESS_SHIFT, u64::from(n))
+    }
+
+    /// The word after a transition to `state` / `mode`: the generation goes
+    /// up by one (wrapping in its 30 bits) and the per-state counters
+    /// (breaches, probes, successes) start from zero.
+    pub(crate) fn transition(self, state: State, mode: Mode) -> Word {
+        let gen = (u64::from(self.generation()) + 1) & ((1 << GEN_BITS) - 1);
+        let kept = self.0 & LEVEL_MASK;
+        Word(kept | (state.bits() << STATE_SHIFT) | (mode.bits() << MODE_SHIFT) | (gen << GEN_SHIFT))
+    }
+}
+
+impl fmt::Debug for Word {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Word")
+            .field("state", &self.state())
+            .field("mode", &self.mode())
+            .field("level", &self.level())
+            .field("breaches", &self.breaches())
+            .field("probes", &self.probes())
+            .field("successes", &self.successes())
+            .field("generation", &self.generation())
+            .finish()
+    }
+}
+
+/// What a decision function returns for the current word.
+pub(crate) enum Decision<T> {
+    /// Store this word (CAS), then return `T`.
+    Set(Word, T),
+    /// Leave the word alone and return `T`.
+    Keep(T),
+}
+
+/// The atomic state word.
+#[derive(Debug)]
+pub(crate) struct StateCell {
+    word: AtomicU64,
+}
+
+impl StateCell {
+    pub(crate) fn new() -> Self {
+        Self {
+            word: AtomicU64::new(Word::INITIAL.0),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn load(&self) -> Word {
+        Word(self.word.load(Ordering::Acquire))
+    }
+
+    /// Runs `decide` over the current word inside a CAS loop until it keeps
+    /// the word or its chosen word is stored. Returns the word that was
+    /// current when `decide` ran for the last time, the word stored (if
+    /// any), and the decision's value.
+    #[inline]
+    pub(crate) fn update<T>(&self, mut decide: impl FnMut(Word) -> Decision<T>) -> (Word, Option<Word>, T) {
+        let mut cur = self.load();
+        loop {
+            match decide(cur) {
+                Decision::Keep(t) => return (cur, None, t),
+                Decision::Set(next, t) => {
+                    match self
+                        .word
+                        .compare_exchange_weak(cur.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(_) => return (cur, Some(next), t),
+                        Err(actual) => cur = Word(actual),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(tailguard_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip_and_do_not_overlap() {
+        let w = Word::INITIAL
+            .transition(State::HalfOpen, Mode::MetricsOnly)
+            .with_level(31)
+            .with_breaches(255)
+            .with_probes(255)
+            .with_successes(255);
+        assert_eq!(w.state(), State::HalfOpen);
+        assert_eq!(w.mode(), Mode::MetricsOnly);
+        assert_eq!(w.level(), 31);
+        assert_eq!(w.breaches(), 255);
+        assert_eq!(w.probes(), 255);
+        assert_eq!(w.successes(), 255);
+        assert_eq!(w.generation(), 1);
+        assert_eq!(w.with_level(200).level(), MAX_LEVEL);
+    }
+
+    #[test]
+    fn transition_bumps_generation_by_one_and_wraps() {
+        let mut w = Word::INITIAL.with_breaches(3);
+        let next = w.transition(State::Open, Mode::Normal);
+        assert_eq!(next.generation(), 1);
+        assert_eq!(next.breaches(), 0);
+        w = Word(GEN_MASK); // generation at its maximum
+        assert_eq!(w.transition(State::Closed, Mode::Normal).generation(), 0);
+    }
+
+    #[test]
+    fn fast_path_mask_is_zero_only_in_closed_normal() {
+        let closed = Word::INITIAL.with_breaches(7).with_level(3);
+        assert_eq!(closed.0 & FAST_PATH_MASK, 0);
+        for (s, m) in [
+            (State::Open, Mode::Normal),
+            (State::HalfOpen, Mode::Normal),
+            (State::Closed, Mode::ForcedClosed),
+            (State::Closed, Mode::MetricsOnly),
+        ] {
+            assert_ne!(Word::INITIAL.transition(s, m).0 & FAST_PATH_MASK, 0);
+        }
+    }
+}
