@@ -287,11 +287,11 @@ pub(crate) struct Inner {
     state: StateCell,
     config: Config,
     clock: ClockSource,
-    /// `clock.raw()` when the breaker was built.
-    origin: u64,
-    /// Added to the clock's reading so that window close never sees time go
-    /// back (raised when the clock steps back).
-    offset: AtomicU64,
+    /// Added (wrapping) to the clock's nanoseconds to give the breaker's
+    /// time: starts at minus the reading at build, and is raised when the
+    /// clock is seen stepping back, so that the breaker's time never goes
+    /// back past what it has acted on and keeps moving after a step.
+    shift: AtomicU64,
     shards: Shards,
     /// OPEN: when the next probe may start, when it opened, and the
     /// generation these two belong to (published after the CAS, under
@@ -388,14 +388,15 @@ impl Breaker {
     }
 
     pub(crate) fn from_config(config: Config, clock: ClockSource, listener: Option<Listener>, register: bool) -> Self {
-        let origin = clock.raw();
+        static SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let origin = clock.nanos_of(clock.raw());
         let ring = vec![(0, 0); config.ring_len].into_boxed_slice();
         let local_free = if config.local_handles == 64 {
             u64::MAX
         } else {
             (1u64 << config.local_handles) - 1
         };
-        let seed = origin ^ (&config as *const Config as u64).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+        let seed = splitmix(origin ^ SEEDS.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed));
         let inner = Arc::new(Inner {
             state: StateCell::new(),
             shards: Shards::new(config.shards, config.local_handles),
@@ -409,8 +410,7 @@ impl Breaker {
             }),
             config,
             clock,
-            origin,
-            offset: AtomicU64::new(0),
+            shift: AtomicU64::new(origin.wrapping_neg()),
             deadline: AtomicU64::new(0),
             opened_at: AtomicU64::new(0),
             deadline_gen: AtomicU64::new(u64::MAX),
@@ -958,19 +958,26 @@ impl fmt::Debug for LocalPermit<'_> {
 }
 
 impl Inner {
-    /// Nanoseconds since the breaker was built, never below what window
-    /// close has already seen (see `offset`).
+    /// The breaker's time for a clock reading, signed: negative when the
+    /// clock stepped back to before the breaker's start (or before the
+    /// last correction) and nobody has noticed yet.
     #[inline]
-    fn now(&self) -> u64 {
-        let rel = self.clock.delta_nanos(self.origin, self.clock.raw());
-        rel.saturating_add(self.offset.load(Ordering::Acquire))
+    fn signed_now(&self, raw: u64) -> i64 {
+        self.clock
+            .nanos_of(raw)
+            .wrapping_add(self.shift.load(Ordering::Acquire)) as i64
+    }
+
+    /// Nanoseconds since the breaker was built (zero if the clock stepped
+    /// back before that and no correction happened yet).
+    #[inline]
+    fn now_from_raw(&self, raw: u64) -> u64 {
+        self.signed_now(raw).max(0) as u64
     }
 
     #[inline]
-    fn now_from_raw(&self, raw: u64) -> u64 {
-        self.clock
-            .delta_nanos(self.origin, raw)
-            .saturating_add(self.offset.load(Ordering::Acquire))
+    fn now(&self) -> u64 {
+        self.now_from_raw(self.clock.raw())
     }
 
     /// `allow` for both handle kinds.
@@ -1053,12 +1060,14 @@ impl Inner {
         }
         let deadline = self.deadline.load(Ordering::Acquire);
         let raw = self.clock.raw();
-        let mut now = self.now_from_raw(raw);
         let opened_at = self.opened_at.load(Ordering::Acquire);
-        if now < opened_at {
-            // The clock stepped back to before the trip: hold time there.
-            now = self.raise_offset(raw, opened_at);
-        }
+        let signed = self.signed_now(raw);
+        let now = if signed < opened_at as i64 {
+            // The clock stepped back to before the trip: resume from there.
+            self.raise_floor(raw, opened_at)
+        } else {
+            signed as u64
+        };
         if now < deadline {
             return Admit::Reject(Rejected {
                 reason: RejectReason::Open,
@@ -1252,14 +1261,26 @@ impl Inner {
         }
     }
 
-    /// Raises `offset` so that the reading `raw` maps to at least `floor`;
-    /// returns the corrected time.
+    /// Raises `shift` so that the reading `raw` maps to at least `floor`;
+    /// returns the corrected time. Only ever moves time forward for a given
+    /// reading, so racing callers settle on the highest floor.
     #[cold]
-    fn raise_offset(&self, raw: u64, floor: u64) -> u64 {
-        let rel = self.clock.delta_nanos(self.origin, raw);
-        let want = floor.saturating_sub(rel);
-        let prev = self.offset.fetch_max(want, Ordering::AcqRel);
-        rel.saturating_add(prev.max(want))
+    fn raise_floor(&self, raw: u64, floor: u64) -> u64 {
+        let nanos = self.clock.nanos_of(raw);
+        let mut cur = self.shift.load(Ordering::Acquire);
+        loop {
+            let now = nanos.wrapping_add(cur) as i64;
+            if now >= floor as i64 {
+                return now as u64;
+            }
+            match self
+                .shift
+                .compare_exchange_weak(cur, floor.wrapping_sub(nanos), Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return floor,
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
     // ---- in-flight tracking ----
@@ -1325,10 +1346,12 @@ impl Inner {
     /// nanoseconds until something is next due, for the ticker.
     fn tick_locked(&self, ts: &mut TickState) -> bool {
         let raw = self.clock.raw();
-        let mut now = self.now_from_raw(raw);
-        if now < ts.high {
-            now = self.raise_offset(raw, ts.high);
-        }
+        let signed = self.signed_now(raw);
+        let now = if signed < ts.high as i64 {
+            self.raise_floor(raw, ts.high)
+        } else {
+            signed as u64
+        };
         ts.high = now;
         let mut noted = false;
 
@@ -1378,10 +1401,13 @@ impl Inner {
         // After `ring_len + 1` empty windows nothing of the past is left;
         // the rest of a long gap is skipped in one step.
         let run = due.min(ts.ring.len() as u64 + 2);
+        ts.window_end = ts.window_end.saturating_add((due - run).saturating_mul(w));
         for i in 0..run {
             let mut counts = Counts::default();
             let mut in_flight = 0;
-            if i == 0 {
+            // What was recorded since the last tick is attributed to the
+            // newest window due; any earlier due windows were empty.
+            if i + 1 == run {
                 self.shards.drain(&mut counts);
                 if self.config.track_in_flight {
                     in_flight = self.claim_in_flight(now);
@@ -1389,9 +1415,8 @@ impl Inner {
             }
             let closed_at = ts.window_end;
             noted |= self.close_window(ts, counts, in_flight, closed_at, now);
-            ts.window_end += w;
+            ts.window_end = ts.window_end.saturating_add(w);
         }
-        ts.window_end += (due - run) * w;
         noted
     }
 

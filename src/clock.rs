@@ -159,6 +159,15 @@ impl ClockSource {
         }
     }
 
+    /// A [`raw`](Self::raw) reading in nanoseconds since this source's origin.
+    #[inline]
+    pub(crate) fn nanos_of(&self, raw: u64) -> u64 {
+        match &self.kind {
+            Kind::Precise(c) => c.delta_as_nanos(0, raw),
+            _ => raw,
+        }
+    }
+
     /// Whether a read costs a precise clock access (as opposed to one load).
     pub fn is_precise(&self) -> bool {
         matches!(self.kind, Kind::Precise(_))

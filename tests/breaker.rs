@@ -1,0 +1,1043 @@
+//! Deterministic behaviour tests on the manual clock: no sleeps.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+use tailguard::clock::ManualClock;
+use tailguard::{
+    Breaker, BreakerBuilder, CancelPolicy, ConfigErrorKind, Jitter, Mode, Reason, RejectReason, State, Transition,
+};
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+fn builder(clock: &ManualClock) -> BreakerBuilder {
+    Breaker::builder().clock(clock.clone()).ticker(false)
+}
+
+/// Records `calls` calls, `slow` of them at 900 ms and the rest at 8 ms,
+/// `errors` of them failed.
+fn traffic(b: &Breaker, calls: u64, slow: u64, errors: u64) {
+    for i in 0..calls {
+        let latency = if i < slow { 900 * MS } else { 8 * MS };
+        b.allow().expect("admitted").record_latency(latency, i >= errors);
+    }
+}
+
+/// Advances one window and closes it.
+fn next_window(b: &Breaker, clock: &ManualClock) {
+    clock.advance(SEC);
+    b.tick();
+}
+
+/// Drives a default breaker to OPEN through three breaching windows.
+fn trip(b: &Breaker, clock: &ManualClock) {
+    for _ in 0..3 {
+        traffic(b, 100, 10, 0);
+        next_window(b, clock);
+    }
+    assert_eq!(b.state(), State::Open);
+}
+
+fn recorder() -> (
+    Arc<Mutex<Vec<Transition>>>,
+    impl Fn(&Transition) + Send + Sync + 'static,
+) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    (seen, move |t: &Transition| sink.lock().unwrap().push(*t))
+}
+
+// ---------------------------------------------------------------- config
+
+#[test]
+fn config_rejects_each_bad_field_by_name() {
+    let cases: Vec<(BreakerBuilder, &str, ConfigErrorKind)> = vec![
+        (
+            Breaker::builder().quantile(f64::NAN),
+            "quantile",
+            ConfigErrorKind::NotANumber,
+        ),
+        (
+            Breaker::builder().quantile(-0.5),
+            "quantile",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().quantile(0.0),
+            "quantile",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().quantile(1.01),
+            "quantile",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().error_rate(f64::NAN),
+            "error_rate",
+            ConfigErrorKind::NotANumber,
+        ),
+        (
+            Breaker::builder().error_rate(-0.1),
+            "error_rate",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().error_rate(1.5),
+            "error_rate",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().error_rate(f64::INFINITY),
+            "error_rate",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().window(Duration::ZERO),
+            "window",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().window(Duration::from_micros(10)),
+            "window",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().window(Duration::from_secs(1 << 40)),
+            "window",
+            ConfigErrorKind::TooLarge,
+        ),
+        (
+            Breaker::builder().latency_threshold(Duration::ZERO),
+            "latency_threshold",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().latency_threshold(Duration::MAX),
+            "latency_threshold",
+            ConfigErrorKind::TooLarge,
+        ),
+        (
+            Breaker::builder().trip_windows(0),
+            "trip_windows",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().trip_windows(256),
+            "trip_windows",
+            ConfigErrorKind::TooLarge,
+        ),
+        (
+            Breaker::builder().half_open_probes(0),
+            "half_open_probes",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().half_open_probes(1000),
+            "half_open_probes",
+            ConfigErrorKind::TooLarge,
+        ),
+        (
+            Breaker::builder().success_to_close(0),
+            "success_to_close",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().base_backoff(Duration::ZERO),
+            "base_backoff",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().base_backoff(60 * SEC).max_backoff(30 * SEC),
+            "base_backoff",
+            ConfigErrorKind::Inconsistent,
+        ),
+        (
+            Breaker::builder().max_backoff(Duration::MAX),
+            "max_backoff",
+            ConfigErrorKind::TooLarge,
+        ),
+        (
+            Breaker::builder().jitter(Jitter::Bounded(f64::NAN)),
+            "jitter",
+            ConfigErrorKind::NotANumber,
+        ),
+        (
+            Breaker::builder().jitter(Jitter::Bounded(1.5)),
+            "jitter",
+            ConfigErrorKind::OutOfRange,
+        ),
+        (
+            Breaker::builder().failure_count(0, SEC),
+            "failure_count",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().failure_count(5, Duration::ZERO),
+            "failure_count",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().failure_count(5, 5000 * SEC),
+            "failure_count",
+            ConfigErrorKind::TooLarge,
+        ),
+        (
+            Breaker::builder().error_window(Duration::ZERO),
+            "error_window",
+            ConfigErrorKind::Zero,
+        ),
+        (
+            Breaker::builder().error_window(2000 * SEC),
+            "error_window",
+            ConfigErrorKind::TooLarge,
+        ),
+        (
+            Breaker::builder().probe_lease(10 * MS),
+            "probe_lease",
+            ConfigErrorKind::Inconsistent,
+        ),
+        (Breaker::builder().shards(0), "shards", ConfigErrorKind::Zero),
+        (Breaker::builder().shards(1 << 20), "shards", ConfigErrorKind::TooLarge),
+        (
+            Breaker::builder().local_handles(65),
+            "local_handles",
+            ConfigErrorKind::TooLarge,
+        ),
+    ];
+    for (builder, field, kind) in cases {
+        let err = builder.ticker(false).build().expect_err(field);
+        assert_eq!((err.field(), err.kind()), (field, kind), "{err}");
+        assert!(err.to_string().contains(field));
+    }
+}
+
+#[test]
+fn extreme_but_valid_values_never_panic() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .latency_threshold(Duration::from_nanos(1))
+        .window(MS)
+        .trip_windows(1)
+        .min_calls(0)
+        .error_rate(0.0)
+        .quantile(1.0)
+        .base_backoff(Duration::from_nanos(1))
+        .max_backoff(Duration::from_secs(86_400))
+        .half_open_probes(255)
+        .success_to_close(255)
+        .jitter(Jitter::Full)
+        .track_in_flight(true)
+        .build()
+        .unwrap();
+    for _ in 0..1000 {
+        if let Ok(p) = b.allow() {
+            p.record(false);
+        }
+        clock.advance(Duration::from_micros(700));
+        b.tick();
+    }
+    // A clock that runs to the end of time and back.
+    clock.set(Duration::from_nanos(u64::MAX));
+    b.tick();
+    let _ = b.allow();
+    clock.set(Duration::ZERO);
+    b.tick();
+    let _ = b.allow();
+    let _ = b.snapshot();
+}
+
+// ------------------------------------------------------------ tripping
+
+#[test]
+fn latency_trips_after_three_consecutive_breach_windows() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    for n in 1..=2 {
+        traffic(&b, 100, 2, 0); // 2% slow: P99 = 900 ms
+        next_window(&b, &clock);
+        assert_eq!(b.state(), State::Closed);
+        assert_eq!(b.snapshot().consecutive_breaches, n);
+    }
+    traffic(&b, 100, 2, 0);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(b.snapshot().trip_count, 1);
+}
+
+#[test]
+fn exactly_one_percent_slow_is_not_a_breach() {
+    // P99 > T  <=>  more than 1% slower than T: exactly 1% is not.
+    let clock = ManualClock::new();
+    let b = builder(&clock).trip_windows(1).build().unwrap();
+    traffic(&b, 100, 1, 0);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Closed);
+    traffic(&b, 100, 2, 0);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open);
+}
+
+#[test]
+fn a_clean_window_resets_the_breach_count() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    for _ in 0..10 {
+        traffic(&b, 100, 5, 0);
+        next_window(&b, &clock);
+        traffic(&b, 100, 5, 0);
+        next_window(&b, &clock);
+        traffic(&b, 100, 0, 0);
+        next_window(&b, &clock);
+        assert_eq!(b.snapshot().consecutive_breaches, 0);
+    }
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[test]
+fn a_quiet_window_below_min_calls_never_trips() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .trip_windows(1)
+        .min_calls(20)
+        .error_window(SEC)
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        traffic(&b, 19, 19, 19); // every call slow and failed, but only 19
+        next_window(&b, &clock);
+    }
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(b.snapshot().trip_count, 0);
+    traffic(&b, 20, 20, 0);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open, "20 calls reach min_calls");
+}
+
+#[test]
+fn error_rate_trips_over_the_rolling_window() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .error_rate(0.5)
+        .error_window(3 * SEC)
+        .min_calls(20)
+        .build()
+        .unwrap();
+    // 10 calls a window, 60% failed: no single window reaches min_calls, the rolling span does.
+    traffic(&b, 10, 0, 6);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Closed);
+    traffic(&b, 10, 0, 6);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open);
+}
+
+#[test]
+fn error_counts_are_windowed_so_old_failures_expire() {
+    let clock = ManualClock::new();
+    let make = || {
+        builder(&clock)
+            .error_rate(0.5)
+            .error_window(3 * SEC)
+            .min_calls(20)
+            .build()
+            .unwrap()
+    };
+    // 15 failures in a quiet window (below min_calls), then a window of 20
+    // calls with 6 failures: 21 of 35 in the rolling span, 60%: trips.
+    let b = make();
+    traffic(&b, 15, 0, 15);
+    next_window(&b, &clock);
+    traffic(&b, 20, 0, 6);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open);
+    // The same, with three quiet windows between: the old failures have
+    // left the span (a never-windowed count, 21 of 41, would trip).
+    let b = make();
+    traffic(&b, 15, 0, 15);
+    next_window(&b, &clock);
+    for _ in 0..3 {
+        traffic(&b, 2, 0, 0);
+        next_window(&b, &clock);
+    }
+    traffic(&b, 20, 0, 6);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[test]
+fn classic_count_configuration_five_failures_in_30s_with_15s_recovery() {
+    let clock = ManualClock::new();
+    let (seen, listener) = recorder();
+    let b = builder(&clock)
+        .failure_count(5, 30 * SEC)
+        .error_rate(1.0)
+        .base_backoff(15 * SEC)
+        .max_backoff(15 * SEC)
+        .success_to_close(1)
+        .on_transition(listener)
+        .build()
+        .unwrap();
+    // Four failures spread over 20 s among successes: stays closed.
+    for _ in 0..4 {
+        traffic(&b, 3, 0, 1);
+        for _ in 0..5 {
+            next_window(&b, &clock);
+        }
+    }
+    assert_eq!(b.state(), State::Closed);
+    // A fifth within the same 30 s: open at the close of that window.
+    traffic(&b, 1, 0, 1);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(seen.lock().unwrap().last().unwrap().reason, Reason::FailureCount);
+    // 15 s recovery, then one good probe closes.
+    assert_eq!(b.allow().unwrap_err().retry_after(), Some(15 * SEC));
+    clock.advance(15 * SEC - MS);
+    assert!(b.allow().is_err());
+    clock.advance(MS);
+    let probe = b.allow().unwrap();
+    assert!(probe.is_probe());
+    probe.record_latency(MS, true);
+    assert_eq!(b.state(), State::Closed);
+
+    // Five failures spread over more than 30 s never trip.
+    let b = builder(&clock)
+        .failure_count(5, 30 * SEC)
+        .error_rate(1.0)
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        traffic(&b, 1, 0, 1);
+        for _ in 0..8 {
+            next_window(&b, &clock);
+        }
+    }
+    assert_eq!(b.state(), State::Closed);
+}
+
+// -------------------------------------------------------------- backoff
+
+#[test]
+fn backoff_doubles_per_reopen_caps_and_resets_on_clean_close() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).success_to_close(1).build().unwrap();
+    b.trip_now();
+    let mut expected = SEC;
+    for _ in 0..8 {
+        assert_eq!(b.allow().unwrap_err().retry_after(), Some(expected));
+        clock.advance(expected);
+        b.allow().unwrap().record(false); // the probe fails: re-open
+        expected = (expected * 2).min(30 * SEC);
+    }
+    assert_eq!(b.snapshot().backoff_level, 8);
+    assert_eq!(b.allow().unwrap_err().retry_after(), Some(30 * SEC));
+    clock.advance(30 * SEC);
+    b.allow().unwrap().record_latency(MS, true); // clean close
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(b.snapshot().backoff_level, 0);
+    b.trip_now();
+    assert_eq!(b.allow().unwrap_err().retry_after(), Some(SEC));
+}
+
+#[test]
+fn sub_second_base_is_honoured_and_ten_thousand_trips_do_not_overflow() {
+    let clock = ManualClock::new();
+    let base = Duration::from_micros(100);
+    let b = builder(&clock)
+        .base_backoff(base)
+        .max_backoff(30 * SEC)
+        .build()
+        .unwrap();
+    b.trip_now();
+    assert_eq!(b.allow().unwrap_err().retry_after(), Some(base));
+    clock.advance(base);
+    for _ in 0..10_000 {
+        let p = b.allow().expect("probe after the backoff");
+        assert!(p.is_probe());
+        p.record(false);
+        let wait = b.allow().unwrap_err().retry_after().unwrap();
+        assert!(wait > Duration::ZERO && wait <= 30 * SEC, "{wait:?}");
+        clock.advance(wait);
+    }
+    let s = b.snapshot();
+    assert_eq!(s.trip_count, 10_001);
+    assert_eq!(s.backoff_level, 31);
+    assert_eq!(s.next_probe_in, Some(Duration::ZERO));
+}
+
+#[test]
+fn full_jitter_stays_within_zero_and_the_backoff() {
+    let clock = ManualClock::new();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let b = builder(&clock).jitter(Jitter::Full).base_backoff(SEC).build().unwrap();
+        b.trip_now();
+        let wait = b.snapshot().next_probe_in.unwrap();
+        assert!(wait <= SEC);
+        seen.insert(wait.as_millis() / 100);
+        let b = builder(&clock).jitter(Jitter::Bounded(0.25)).build().unwrap();
+        b.trip_now();
+        let wait = b.snapshot().next_probe_in.unwrap();
+        assert!(wait >= 750 * MS && wait <= SEC, "{wait:?}");
+    }
+    assert!(seen.len() >= 5, "full jitter should spread: {seen:?}");
+}
+
+// ------------------------------------------------------------ half-open
+
+#[test]
+fn open_rejects_then_first_allow_after_backoff_is_the_probe() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    trip(&b, &clock);
+    let r = b.allow().unwrap_err();
+    assert_eq!(r.reason(), RejectReason::Open);
+    assert_eq!(r.retry_after(), Some(SEC));
+    clock.advance(999 * MS);
+    assert_eq!(b.allow().unwrap_err().retry_after(), Some(MS));
+    clock.advance(MS);
+    // No tick needed: the caller is let through.
+    let probe = b.allow().unwrap();
+    assert!(probe.is_probe());
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.allow().unwrap_err().reason(), RejectReason::ProbesBusy);
+    drop(probe);
+}
+
+#[test]
+fn tick_moves_open_to_half_open_without_callers() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.snapshot().probes_in_flight, 0);
+    assert!(b.allow().unwrap().is_probe());
+}
+
+#[test]
+fn five_good_probes_close_and_a_bad_one_reopens_with_the_next_backoff() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    trip(&b, &clock);
+    clock.advance(SEC);
+    for i in 0..4 {
+        b.allow().unwrap().record_latency(8 * MS, true);
+        assert_eq!(b.state(), State::HalfOpen);
+        assert_eq!(b.snapshot().probe_successes, i + 1);
+    }
+    b.allow().unwrap().record_latency(8 * MS, false);
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(b.allow().unwrap_err().retry_after(), Some(2 * SEC));
+    clock.advance(2 * SEC);
+    for _ in 0..5 {
+        b.allow().unwrap().record_latency(8 * MS, true);
+    }
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[test]
+fn a_slow_probe_reopens() {
+    let clock = ManualClock::new();
+    let (seen, listener) = recorder();
+    let b = builder(&clock).on_transition(listener).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    b.allow().unwrap().record_latency(51 * MS, true);
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(seen.lock().unwrap().last().unwrap().reason, Reason::ProbeSlow);
+}
+
+#[test]
+fn half_open_admits_at_most_the_probe_limit() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).half_open_probes(3).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    let probes: Vec<_> = (0..3).map(|_| b.allow().unwrap()).collect();
+    for _ in 0..100 {
+        assert_eq!(b.allow().unwrap_err().reason(), RejectReason::ProbesBusy);
+    }
+    assert_eq!(b.snapshot().probes_in_flight, 3);
+    drop(probes);
+}
+
+#[test]
+fn dropped_or_panicking_probes_return_their_slot() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    for _ in 0..10 {
+        let p = b.allow().unwrap();
+        assert!(b.allow().is_err());
+        drop(p); // cancelled future / early return
+    }
+    let b2 = b.clone();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _p = b2.allow().unwrap();
+        panic!("the call panicked");
+    }));
+    assert!(r.is_err());
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.snapshot().probes_in_flight, 0);
+    assert!(b.allow().unwrap().is_probe());
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.snapshot().window.cancelled, 12);
+}
+
+#[test]
+fn cancel_policy_failure_makes_a_dropped_probe_reopen() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).on_cancel(CancelPolicy::Failure).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    drop(b.allow().unwrap());
+    assert_eq!(b.state(), State::Open);
+    // And a dropped ordinary permit counts as an error.
+    b.reset();
+    drop(b.allow().unwrap());
+    next_window(&b, &clock);
+    let w = b.snapshot().window;
+    // The failed probe and the dropped permit: both counted as failed calls.
+    assert_eq!((w.calls, w.errors, w.cancelled), (2, 2, 0));
+}
+
+#[test]
+fn a_leaked_probe_is_reclaimed_after_the_lease() {
+    let clock = ManualClock::new();
+    let (seen, listener) = recorder();
+    let b = builder(&clock)
+        .probe_lease(2 * SEC)
+        .on_transition(listener)
+        .build()
+        .unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    std::mem::forget(b.allow().unwrap());
+    clock.advance(2 * SEC - MS);
+    assert_eq!(b.allow().unwrap_err().reason(), RejectReason::ProbesBusy);
+    clock.advance(MS);
+    // The slot is reclaimed: the unanswered probe counts as slow and the
+    // breaker re-opens with the next backoff, then probes again.
+    assert_eq!(b.allow().unwrap_err().retry_after(), Some(2 * SEC));
+    assert_eq!(seen.lock().unwrap().last().unwrap().reason, Reason::ProbeLeaseExpired);
+    clock.advance(2 * SEC);
+    assert!(b.allow().unwrap().is_probe());
+}
+
+#[test]
+fn the_ticker_path_reclaims_a_leaked_probe_too() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).probe_lease(2 * SEC).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    std::mem::forget(b.allow().unwrap());
+    clock.advance(2 * SEC);
+    b.tick();
+    assert_eq!(b.state(), State::Open);
+}
+
+#[test]
+fn a_call_admitted_while_closed_never_decides_half_open() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).success_to_close(1).build().unwrap();
+    let old_ok = b.allow().unwrap();
+    let old_bad = b.allow().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    let probe = b.allow().unwrap();
+    old_bad.record(false); // a failure from CLOSED: must not re-open
+    assert_eq!(b.state(), State::HalfOpen);
+    old_ok.record(true); // a success from CLOSED: must not close
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.snapshot().probes_in_flight, 1);
+    probe.record_latency(MS, true);
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[test]
+fn a_probe_from_an_earlier_generation_decides_nothing() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).half_open_probes(2).success_to_close(1).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    let stale = b.allow().unwrap();
+    b.allow().unwrap().record(false); // re-open: generation moves on
+    clock.advance(2 * SEC);
+    let current = b.allow().unwrap();
+    let gen = b.snapshot().generation;
+    stale.record(true);
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.snapshot().generation, gen);
+    assert_eq!(b.snapshot().probes_in_flight, 1);
+    current.record_latency(MS, true);
+    assert_eq!(b.state(), State::Closed);
+}
+
+// ------------------------------------------------------------- overrides
+
+#[test]
+fn overrides_behave_and_each_is_one_transition() {
+    let clock = ManualClock::new();
+    let (seen, listener) = recorder();
+    let b = builder(&clock).trip_windows(1).on_transition(listener).build().unwrap();
+
+    b.force_open();
+    assert_eq!((b.state(), b.mode()), (State::Open, Mode::ForcedOpen));
+    assert_eq!(b.allow().unwrap_err().reason(), RejectReason::ForcedOpen);
+    clock.advance(3600 * SEC);
+    b.tick();
+    assert_eq!(b.state(), State::Open, "forced open does not expire");
+
+    b.force_closed();
+    for _ in 0..5 {
+        traffic(&b, 100, 100, 100);
+        next_window(&b, &clock);
+    }
+    assert_eq!(b.state(), State::Closed, "forced closed never trips");
+    assert_eq!(b.snapshot().window.slow, 100, "but it measures");
+
+    b.disable();
+    traffic(&b, 100, 100, 100);
+    next_window(&b, &clock);
+    assert_eq!(b.snapshot().window.calls, 0, "disabled measures nothing");
+
+    b.metrics_only();
+    next_window(&b, &clock); // the window the mode changed in is not judged
+    traffic(&b, 100, 100, 0);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open, "metrics-only still decides");
+    for _ in 0..10 {
+        b.allow().expect("metrics-only never rejects").record(true);
+    }
+    assert_eq!(b.snapshot().shadow_rejections, 10);
+
+    b.reset();
+    assert_eq!((b.state(), b.mode()), (State::Closed, Mode::Normal));
+    let gens: Vec<u32> = seen.lock().unwrap().iter().map(|t| t.generation).collect();
+    assert_eq!(gens, (1..=gens.len() as u32).collect::<Vec<_>>());
+    assert_eq!(b.snapshot().generation as usize, gens.len());
+}
+
+// -------------------------------------------------------------- listener
+
+#[test]
+fn listener_may_call_back_into_the_breaker_without_deadlock() {
+    let clock = ManualClock::new();
+    let slot: Arc<Mutex<Option<Breaker>>> = Arc::new(Mutex::new(None));
+    let their_slot = Arc::clone(&slot);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let their_events = Arc::clone(&events);
+    let b = builder(&clock)
+        .on_transition(move |t| {
+            their_events.lock().unwrap().push((t.generation, t.to));
+            let b = their_slot.lock().unwrap().clone().unwrap();
+            let _ = b.snapshot();
+            b.tick();
+            // A listener that reacts to an OPEN by forcing the breaker closed.
+            if t.to == State::Open && t.reason != Reason::ForcedOpen {
+                b.force_closed();
+            }
+        })
+        .build()
+        .unwrap();
+    *slot.lock().unwrap() = Some(b.clone());
+    b.trip_now();
+    assert_eq!(b.mode(), Mode::ForcedClosed);
+    assert_eq!(*events.lock().unwrap(), vec![(1, State::Open), (2, State::Closed)]);
+    slot.lock().unwrap().take();
+}
+
+#[test]
+fn events_from_racing_threads_arrive_in_generation_order() {
+    let clock = ManualClock::new();
+    let (seen, listener) = recorder();
+    let b = builder(&clock).on_transition(listener).build().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let b = &b;
+            s.spawn(move || {
+                for i in 0..2_000 {
+                    match (t + i) % 3 {
+                        0 => b.force_open(),
+                        1 => b.metrics_only(),
+                        _ => b.reset(),
+                    }
+                }
+            });
+        }
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as u64 + b.snapshot().events_lost, 4_000);
+    for pair in seen.windows(2) {
+        assert!(pair[0].generation < pair[1].generation, "{pair:?}");
+        if pair[0].generation + 1 == pair[1].generation {
+            assert_eq!(
+                pair[0].to_mode, pair[1].from_mode,
+                "consecutive events chain up: {pair:?}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------- clock
+
+#[test]
+fn a_backward_clock_step_never_panics_nor_prolongs_open_past_one_tick() {
+    let clock = ManualClock::new();
+    clock.set(100 * SEC);
+    let b = builder(&clock).build().unwrap();
+    b.trip_now();
+    clock.advance(500 * MS);
+    clock.rewind(60 * SEC); // NTP-style step back, far before the trip
+                            // Open path notices at once that the clock is before the trip.
+    assert!(b.allow().unwrap_err().retry_after().unwrap() <= SEC);
+    b.tick();
+    clock.advance(SEC);
+    assert!(b.allow().unwrap().is_probe(), "backoff plus at most one tick");
+
+    // Step back while closed: latencies and windows are not disturbed.
+    let b = builder(&clock).build().unwrap();
+    b.allow().unwrap().record_latency(MS, true);
+    clock.rewind(10 * SEC);
+    let p = b.allow().unwrap();
+    p.record(true); // end before start: zero latency, no panic
+    clock.advance(SEC);
+    b.tick();
+    clock.rewind(Duration::from_secs(1_000_000));
+    b.tick();
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.snapshot().window.calls, 2);
+}
+
+// ---------------------------------------------------- reference scenario
+
+/// The write-up's scenario: a consumer at 8 ms P99 spikes to 900 ms at t=0
+/// and recovers at t=30 s; 200 calls a second.
+#[test]
+fn reference_scenario_trips_in_three_windows_and_recovers_without_flapping() {
+    let clock = ManualClock::new();
+    let (seen, listener) = recorder();
+    let b = builder(&clock).on_transition(listener).build().unwrap();
+    let mut open_at = None;
+    let mut closed_at = None;
+    let mut diverted = 0u64;
+    // 10 ms steps for 90 s; one call every 5 ms.
+    for step in 0..9_000u64 {
+        let t = Duration::from_millis(step * 10);
+        let sick = t < 30 * SEC;
+        for _ in 0..2 {
+            match b.allow() {
+                Ok(p) => {
+                    let latency = if sick { 900 * MS } else { 8 * MS };
+                    p.record_latency(latency, true);
+                }
+                Err(_) => diverted += 1,
+            }
+        }
+        clock.advance(10 * MS);
+        b.tick();
+        if open_at.is_none() && b.state() == State::Open {
+            open_at = Some(clock.now());
+        }
+        if !sick && closed_at.is_none() && b.state() == State::Closed {
+            closed_at = Some(clock.now());
+        }
+    }
+    assert!(
+        open_at.unwrap() <= 3 * SEC,
+        "open by the end of the third window: {open_at:?}"
+    );
+    let closed_at = closed_at.expect("recovered");
+    // One max backoff (30 s) plus five probes after recovery at 30 s.
+    assert!(
+        closed_at <= 30 * SEC + 30 * SEC + 5 * 10 * MS,
+        "closed at {closed_at:?}"
+    );
+    assert_eq!(b.state(), State::Closed);
+    let seen = seen.lock().unwrap();
+    let after_close: Vec<_> = seen.iter().filter(|t| t.at > closed_at).collect();
+    assert!(after_close.is_empty(), "no flapping after recovery: {after_close:?}");
+    let trips = seen.iter().filter(|t| t.to == State::Open).count();
+    assert_eq!(trips as u64, b.snapshot().trip_count);
+    assert!(diverted > 0);
+}
+
+#[test]
+fn in_flight_tracking_trips_on_a_consumer_that_hangs() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).track_in_flight(true).build().unwrap();
+    let mut hung = Vec::new();
+    for _ in 0..4 {
+        for _ in 0..50 {
+            hung.push(b.allow().unwrap()); // never returns
+        }
+        next_window(&b, &clock);
+        if b.state() == State::Open {
+            break;
+        }
+    }
+    assert_eq!(b.state(), State::Open);
+    let w = b.snapshot().window;
+    assert!(w.in_flight_slow >= 20, "{w:?}");
+    // The hung calls finally return: already counted, not counted again.
+    hung.into_iter().for_each(|p| p.record(true));
+    let b2 = builder(&clock).track_in_flight(false).build().unwrap();
+    let mut hung = Vec::new();
+    for _ in 0..5 {
+        for _ in 0..50 {
+            hung.push(b2.allow().unwrap());
+        }
+        next_window(&b2, &clock);
+    }
+    assert_eq!(b2.state(), State::Closed, "without tracking a hang is invisible");
+    std::mem::forget(hung);
+}
+
+#[test]
+fn in_flight_calls_younger_than_the_threshold_are_not_slow() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).track_in_flight(true).trip_windows(1).build().unwrap();
+    clock.advance(990 * MS);
+    let young: Vec<_> = (0..50).map(|_| b.allow().unwrap()).collect();
+    clock.advance(10 * MS);
+    b.tick();
+    assert_eq!(b.snapshot().window.in_flight_slow, 0);
+    assert_eq!(b.state(), State::Closed);
+    young.into_iter().for_each(|p| p.record_latency(20 * MS, true));
+    next_window(&b, &clock);
+    assert_eq!(b.snapshot().window.calls, 50);
+    assert_eq!(b.snapshot().window.slow, 0);
+}
+
+// ------------------------------------------------------------ snapshots
+
+#[test]
+fn snapshot_reports_state_generation_trips_and_the_last_window() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    traffic(&b, 30, 3, 7);
+    drop(b.allow().unwrap());
+    next_window(&b, &clock);
+    let s = b.snapshot();
+    assert_eq!(
+        (s.state, s.mode, s.generation, s.trip_count),
+        (State::Closed, Mode::Normal, 0, 0)
+    );
+    assert_eq!(
+        (s.window.calls, s.window.errors, s.window.slow, s.window.cancelled),
+        (30, 7, 3, 1)
+    );
+    assert_eq!(s.consecutive_breaches, 1);
+    assert_eq!(s.uptime, SEC);
+    b.trip_now();
+    clock.advance(300 * MS);
+    let s = b.snapshot();
+    assert_eq!(
+        (s.state, s.generation, s.trip_count, s.backoff_level),
+        (State::Open, 1, 1, 0)
+    );
+    assert_eq!(s.next_probe_in, Some(700 * MS));
+    assert_eq!(s.open_for, Some(300 * MS));
+}
+
+#[test]
+fn local_handles_count_into_the_same_windows() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).local_handles(2).build().unwrap();
+    let h1 = b.local_handle().unwrap();
+    let h2 = b.local_handle().unwrap();
+    assert!(b.local_handle().is_err());
+    for _ in 0..10 {
+        h1.allow().unwrap().record_latency(900 * MS, true);
+        h2.allow().unwrap().record_latency(MS, false);
+        b.allow().unwrap().record_latency(MS, true);
+    }
+    drop(h2.allow().unwrap());
+    next_window(&b, &clock);
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.errors, w.slow, w.cancelled), (30, 10, 10, 1));
+    drop(h1);
+    let h3 = b.local_handle().unwrap();
+    h3.allow().unwrap().record(true);
+    next_window(&b, &clock);
+    assert_eq!(b.snapshot().window.calls, 1);
+}
+
+// ------------------------------------------------------------ real races
+
+#[test]
+fn racing_threads_at_open_expiry_never_exceed_the_probe_limit() {
+    for probes in [1u32, 2, 3] {
+        for _ in 0..200 {
+            let clock = ManualClock::new();
+            let (seen, listener) = recorder();
+            let b = builder(&clock)
+                .half_open_probes(probes)
+                .on_transition(listener)
+                .build()
+                .unwrap();
+            b.trip_now();
+            clock.advance(SEC);
+            let admitted = AtomicUsize::new(0);
+            let barrier = Barrier::new(4);
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        barrier.wait();
+                        let mine: Vec<_> = (0..3).filter_map(|_| b.allow().ok()).collect();
+                        admitted.fetch_add(mine.len(), Ordering::Relaxed);
+                        barrier.wait(); // hold the permits until everyone tried
+                        std::mem::forget(mine);
+                    });
+                }
+            });
+            assert_eq!(admitted.load(Ordering::Relaxed), probes as usize);
+            let half_opens = seen.lock().unwrap().iter().filter(|t| t.to == State::HalfOpen).count();
+            assert_eq!(half_opens, 1, "exactly one thread wins OPEN -> HALF_OPEN");
+        }
+    }
+}
+
+#[test]
+fn counters_are_conserved_across_concurrent_ticks() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).trip_windows(255).error_rate(1.0).build().unwrap();
+    let per_thread = 200_000u64;
+    let mut total = (0u64, 0u64, 0u64);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for i in 0..per_thread {
+                    b.allow()
+                        .unwrap()
+                        .record_latency(if i % 3 == 0 { SEC } else { MS }, i % 2 == 0);
+                }
+            });
+        }
+        let b = &b;
+        let clock = &clock;
+        let total = &mut total;
+        s.spawn(move || {
+            for _ in 0..2_000 {
+                clock.advance(SEC);
+                b.tick();
+                let w = b.snapshot().window;
+                assert!(w.errors <= w.calls && w.slow <= w.calls);
+                *total = (total.0 + w.calls, total.1 + w.errors, total.2 + w.slow);
+            }
+        });
+    });
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    let total = (total.0 + w.calls, total.1 + w.errors, total.2 + w.slow);
+    let calls = 2 * per_thread;
+    assert_eq!(total, (calls, calls / 2, 2 * per_thread.div_ceil(3)));
+}
