@@ -1074,6 +1074,10 @@ impl Inner {
                 retry_after: Some(Duration::from_nanos(deadline - now)),
             });
         }
+        // Stamp the lease before taking the slot: whoever sees the slot taken
+        // also sees a stamp at least this new (a loser's stamp only makes
+        // the lease later, never earlier).
+        self.probe_taken_at.fetch_max(now, Ordering::AcqRel);
         let (_, stored, ()) = self.state.update(|w| {
             if w != word {
                 return Decision::Keep(());
@@ -1082,7 +1086,6 @@ impl Inner {
         });
         match stored {
             Some(next) => {
-                self.probe_taken_at.store(now, Ordering::Release);
                 self.announce(word, next, Reason::BackoffElapsed, now);
                 Admit::Probe(Core {
                     inner: self,
@@ -1100,16 +1103,19 @@ impl Inner {
     /// without one).
     fn admit_half_open(&self, word: Word) -> Admit<'_> {
         let limit = self.config.probes;
+        let raw = self.clock.raw();
+        let now = self.now_from_raw(raw);
+        if word.probes() < limit {
+            // As in `admit_open`: stamp before the slot can be seen taken.
+            self.probe_taken_at.fetch_max(now, Ordering::AcqRel);
+        }
         let (seen, stored, ()) = self.state.update(|w| {
             if w.state() != State::HalfOpen || w.generation() != word.generation() || w.probes() >= limit {
                 return Decision::Keep(());
             }
             Decision::Set(w.with_probes(w.probes() + 1), ())
         });
-        let raw = self.clock.raw();
-        let now = self.now_from_raw(raw);
         if let Some(next) = stored {
-            self.probe_taken_at.store(now, Ordering::Release);
             return Admit::Probe(Core {
                 inner: self,
                 start: raw,

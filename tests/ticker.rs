@@ -1,0 +1,51 @@
+//! The background ticker (its own test binary: a running ticker ticks every
+//! registered breaker in the process).
+
+use std::time::{Duration, Instant};
+use tailguard::{Breaker, State, Ticker};
+
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn ticker_closes_windows_trips_half_opens_and_stops_when_dropped() {
+    let ticker = Ticker::start().unwrap();
+    let second = Ticker::start().unwrap(); // joins the same thread
+    assert!(Ticker::is_running());
+    let b = Breaker::builder()
+        .window(Duration::from_millis(20))
+        .trip_windows(1)
+        .min_calls(1)
+        .base_backoff(Duration::from_millis(30))
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        b.allow().unwrap().record_latency(Duration::from_secs(1), true);
+    }
+    wait_until("the ticker to trip the breaker", || b.state() == State::Open);
+    // Nobody calls allow: the ticker itself moves OPEN -> HALF_OPEN.
+    wait_until("HALF_OPEN", || b.state() == State::HalfOpen);
+
+    // A dropped breaker is pruned and costs nothing.
+    let before = Ticker::pass();
+    drop(Breaker::builder().build().unwrap());
+    assert!(Ticker::pass() <= before);
+
+    drop(second);
+    assert!(Ticker::is_running());
+    drop(ticker);
+    assert!(!Ticker::is_running(), "the last handle stops and joins the thread");
+    let names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+                .map(|s| s.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!names.iter().any(|n| n.starts_with("tailguard-tick")), "{names:?}");
+}
