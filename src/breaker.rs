@@ -1060,13 +1060,13 @@ impl Inner {
         }
         let deadline = self.deadline.load(Ordering::Acquire);
         let raw = self.clock.raw();
-        let opened_at = self.opened_at.load(Ordering::Acquire);
         let signed = self.signed_now(raw);
-        let now = if signed < opened_at as i64 {
-            // The clock stepped back to before the trip: resume from there.
-            self.raise_floor(raw, opened_at)
+        // A correct clock is never more than the longest backoff before the
+        // deadline; further back, it stepped back: resume from the trip.
+        let now = if signed < deadline as i64 - self.config.max_ns as i64 {
+            self.raise_floor(raw, self.opened_at.load(Ordering::Acquire))
         } else {
-            signed as u64
+            signed.max(0) as u64
         };
         if now < deadline {
             return Admit::Reject(Rejected {

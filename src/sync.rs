@@ -53,9 +53,11 @@ impl<T> Mutex<T> {
 /// `UnsafeCell` with loom's access tracking under the model.
 #[cfg(not(tailguard_loom))]
 #[derive(Debug)]
+#[allow(dead_code)] // TEMP
 pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
 
 #[cfg(not(tailguard_loom))]
+#[allow(dead_code)] // TEMP
 impl<T> UnsafeCell<T> {
     pub(crate) const fn new(value: T) -> Self {
         Self(core::cell::UnsafeCell::new(value))
