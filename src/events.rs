@@ -7,7 +7,9 @@
 //! an event whose predecessor has not been pushed yet waits for it (its
 //! pusher will deliver both). The queue is preallocated; if a listener is so
 //! slow that `CAPACITY` events pile up, further events are counted as lost
-//! and delivery skips the gap, never reordering.
+//! (`Snapshot::events_lost`) and delivery skips the gap they leave, never
+//! reordering: an event that turns up after its gap was skipped is counted
+//! as lost too.
 
 use crate::breaker::Transition;
 use crate::sync::Mutex;
@@ -22,7 +24,9 @@ struct Queue {
     pending: VecDeque<Transition>,
     next: u32,
     delivering: bool,
-    skip_gap: bool,
+    /// The newest generation dropped for lack of room, until delivery has
+    /// passed it: a gap up to it may be skipped.
+    lost_upto: Option<u32>,
     lost: u64,
 }
 
@@ -53,7 +57,7 @@ impl Events {
                 pending: VecDeque::with_capacity(capacity),
                 next: 1,
                 delivering: false,
-                skip_gap: false,
+                lost_upto: None,
                 lost: 0,
             }),
         }
@@ -70,11 +74,22 @@ impl Events {
         }
         let mut q = self.queue.lock();
         let d = distance(q.next, event.generation);
-        if d >= GEN_MODULUS / 2 || q.pending.len() == CAPACITY {
-            // Older than what was already delivered (after a gap), or no
-            // room: count it, and let delivery skip the hole it leaves.
+        if d >= GEN_MODULUS / 2 {
+            // Older than what was already delivered (delivery skipped the
+            // gap it belonged to): never deliver out of order.
             q.lost += 1;
-            q.skip_gap = true;
+            return;
+        }
+        if q.pending.len() == CAPACITY {
+            // No room: count it, and let delivery skip the hole it leaves.
+            q.lost += 1;
+            let newer = match q.lost_upto {
+                Some(l) => distance(q.next, l) < d,
+                None => true,
+            };
+            if newer {
+                q.lost_upto = Some(event.generation);
+            }
             return;
         }
         let at = q
@@ -105,9 +120,12 @@ impl Events {
         let _reset = Reset(&self.queue);
         loop {
             let mut q = self.queue.lock();
-            let ready = match q.pending.front() {
-                Some(e) => e.generation == q.next || q.skip_gap,
-                None => false,
+            let ready = match (q.pending.front(), q.lost_upto) {
+                (Some(e), _) if e.generation == q.next => true,
+                // Every generation missing before this one is at or below
+                // the newest lost one: skip the hole.
+                (Some(e), Some(l)) => distance(q.next, e.generation) <= distance(q.next, l).wrapping_add(1),
+                _ => false,
             };
             if !ready {
                 // `_reset` clears `delivering` after this guard is dropped;
@@ -120,8 +138,10 @@ impl Events {
             }
             let event = q.pending.pop_front().expect("front was checked");
             q.next = (event.generation + 1) % GEN_MODULUS;
-            if q.pending.is_empty() {
-                q.skip_gap = false;
+            if let Some(l) = q.lost_upto {
+                if distance(q.next, l) >= GEN_MODULUS / 2 {
+                    q.lost_upto = None; // delivery has passed every lost one
+                }
             }
             drop(q);
             listener(&event);

@@ -14,8 +14,8 @@ mod sync;
 mod ticker;
 
 pub use breaker::{
-    Breaker, LocalHandle, LocalPermit, NoLocalShard, Permit, Reason, RejectReason, Rejected, Snapshot, Transition,
-    WindowStats,
+    Breaker, LatencyQuantiles, LocalHandle, LocalPermit, NoLocalShard, Permit, Reason, RejectReason, Rejected,
+    Snapshot, Transition, WindowStats, QUANTILE_RELATIVE_ERROR,
 };
 pub use config::{BreakerBuilder, CancelPolicy, Jitter};
 pub use error::{ConfigError, ConfigErrorKind};

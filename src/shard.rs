@@ -1,48 +1,123 @@
-//! Per-shard call counters.
+//! Per-shard call counters and latency histograms.
 //!
 //! # Shared shards
 //! Each thread records into the shard picked by a per-thread index masked by
 //! `len - 1` (a power of two), each shard `CachePadded` so that two threads
-//! never write one cache line. A record is ONE `fetch_add` on a packed word:
+//! never write one cache line. A successful call is ONE `fetch_add`: on the
+//! latency bucket of its key. Calls, slow calls and the quantile sketch all
+//! come from the buckets at window close, and the slow count is exact (see
+//! [`bucket_of`]); a failed call adds one more `fetch_add` on `errors`.
 //!
-//! | bits  | field |
-//! |-------|-------|
-//! | 0–20  | calls |
-//! | 21–41 | errors |
-//! | 42–62 | slow calls (latency above the threshold) |
-//! | 63    | unused |
+//! # Buckets
+//! Bucket `i` holds latencies `v` with `ceil(8 · log2 v) = 80 + i`: eight
+//! buckets per octave, from 1 µs (bucket 0 also takes everything faster) to
+//! 2^36 ns ≈ 68.7 s (bucket [`TOP`] also takes everything slower). These are
+//! exactly the keys of a DDSketch with `γ = 2^(1/8)` (relative accuracy
+//! α = (γ − 1)/(γ + 1) ≈ 4.33%), so window close feeds each bucket to the
+//! sketch with `add_with_count` at its representative value and the sketch
+//! adds no error of its own. The hot path finds the key without a logarithm:
+//! the exponent from `leading_zeros`, the position within the octave from a
+//! 256-entry table on the next eight bits. A value within 1/256 (0.39%) of a
+//! bucket boundary may land in the neighbouring bucket, so a reported
+//! quantile is within 4.33% + 0.39% = **4.72%** of the true one.
 //!
-//! Every record adds 1 to `calls` and at most 1 to each other field, so
-//! `errors <= calls` and `slow <= calls` inside the word and only `calls` can
-//! approach its limit. When a record sees `calls >= 2^20` (the spill bit) it
-//! moves the word into three wide spill counters (`swap(0)` then adds), so a
-//! field never carries into its neighbour as long as fewer than 2^20 records
-//! race one spill. Window close swaps the word and the spill counters to zero:
-//! each record lands in exactly one window, and a record's three fields
-//! always land in the same one.
+//! The bucket holding the latency threshold `T` is split: slow calls (above
+//! `T`) whose key equals `T`'s go to an extra bucket, [`STRADDLE`], so that
+//! slow = (buckets above `T`'s) + straddle, exactly.
+//!
+//! Buckets are `u32`: a record that sees a bucket at 2^31 moves it into the
+//! shard's wide spill counters (calls and slow stay exact; those samples leave
+//! the sketch, which only a bucket with two billion calls in one window sees).
 //!
 //! # Local shards
-//! An owned per-core handle has a shard with a single writer. Its counters
-//! are monotonic `u64`s updated by load + store (no read-modify-write);
-//! window close keeps the previous readings and takes differences.
+//! An owned per-core handle has a shard with a single writer: plain loads and
+//! stores, no read-modify-write. Its counters are monotonic; window close
+//! keeps the previous readings and takes differences.
 //!
 //! # In-flight slots
 //! With in-flight tracking on, `allow` adds one to the slot of its start
 //! epoch and the verdict subtracts it again, unless window close already
 //! claimed the epoch (see `breaker.rs`, `claim_in_flight`).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
-const FIELD_BITS: u32 = 21;
-const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
-pub(crate) const CALL: u64 = 1;
-pub(crate) const ERROR: u64 = 1 << FIELD_BITS;
-pub(crate) const SLOW: u64 = 1 << (2 * FIELD_BITS);
-const SPILL_BIT: u64 = 1 << (FIELD_BITS - 1);
+/// Octaves covered: 2^10 ns (1 µs) to 2^(10 + OCTAVES) ns. Under the loom
+/// models one octave, so that a window close stays a few dozen operations.
+#[cfg(not(tailguard_loom))]
+const OCTAVES: usize = 26;
+#[cfg(tailguard_loom)]
+const OCTAVES: usize = 1;
+const MIN_EXP: u32 = 10;
+/// Sketch key of bucket 0: `ceil(8 · log2 2^10)`.
+pub(crate) const KEY_OFFSET: i32 = 80;
+/// The last ordinary bucket.
+pub(crate) const TOP: usize = 8 * OCTAVES;
+/// The slow half of the threshold's bucket.
+pub(crate) const STRADDLE: usize = TOP + 1;
+/// Buckets per shard.
+pub(crate) const BUCKETS: usize = TOP + 2;
+const SPILL_AT: u64 = 1 << 31;
 
-/// Start-epoch slots per shard for in-flight tracking.
-pub(crate) const INFLIGHT_SLOTS: usize = 16;
+/// `TABLE[m]` = `ceil(8 · log2(1 + (m + ½)/256))`: the position within an
+/// octave of the values whose next eight bits after the leading one are `m`.
+/// Integer-only: the smallest `j` with `((513 + 2m)/512)^8 <= 2^j`.
+static TABLE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut m = 0;
+    while m < 256 {
+        let x = (513 + 2 * m) as u128;
+        let x8 = x * x * x * x * x * x * x * x; // < 2^80
+        let mut j = 0;
+        while x8 > (1u128 << (72 + j)) {
+            j += 1;
+        }
+        t[m] = j as u8;
+        m += 1;
+    }
+    t
+};
+
+/// The bucket of a latency of `ns` nanoseconds.
+#[inline(always)]
+pub(crate) fn key_index(ns: u64) -> usize {
+    if ns <= 1 << MIN_EXP {
+        return 0;
+    }
+    let lz = ns.leading_zeros();
+    let exp = 63 - lz;
+    let mantissa = ((ns << lz) << 1 >> 56) as usize;
+    let index = 8 * (exp - MIN_EXP) as usize + TABLE[mantissa] as usize;
+    if index > TOP {
+        TOP
+    } else {
+        index
+    }
+}
+
+/// The bucket a call is counted in: its key's, except that a slow call in
+/// the threshold's own bucket goes to [`STRADDLE`].
+#[inline(always)]
+pub(crate) fn bucket_of(ns: u64, slow: bool, threshold_index: usize) -> usize {
+    let index = key_index(ns);
+    if slow && index == threshold_index {
+        STRADDLE
+    } else {
+        index
+    }
+}
+
+/// Whether calls in `bucket` are slow.
+#[inline]
+pub(crate) fn is_slow_bucket(bucket: usize, threshold_index: usize) -> bool {
+    bucket == STRADDLE || (bucket > threshold_index && bucket <= TOP)
+}
+
+/// The sketch key of a bucket (the straddle bucket shares the threshold's).
+pub(crate) fn sketch_key(bucket: usize, threshold_index: usize) -> i32 {
+    let b = if bucket == STRADDLE { threshold_index } else { bucket };
+    KEY_OFFSET + b as i32
+}
 
 /// The counts of one window (or a part of one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,85 +128,81 @@ pub(crate) struct Counts {
     pub(crate) cancelled: u64,
 }
 
-impl Counts {
-    fn add_packed(&mut self, word: u64) {
-        self.calls += word & FIELD_MASK;
-        self.errors += (word >> FIELD_BITS) & FIELD_MASK;
-        self.slow += (word >> (2 * FIELD_BITS)) & FIELD_MASK;
-    }
-}
-
 /// A shard written by any thread.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    packed: AtomicU64,
-    spill_calls: AtomicU64,
-    spill_errors: AtomicU64,
-    spill_slow: AtomicU64,
+    buckets: [AtomicU32; BUCKETS],
+    errors: AtomicU64,
     cancelled: AtomicU64,
-    pub(crate) in_flight: [AtomicU64; INFLIGHT_SLOTS],
+    spill_calls: AtomicU64,
+    spill_slow: AtomicU64,
+    in_flight: Option<Box<[AtomicU64; INFLIGHT_SLOTS]>>,
 }
 
+/// Start-epoch slots per shard for in-flight tracking.
+pub(crate) const INFLIGHT_SLOTS: usize = 16;
+
 impl Shard {
-    pub(crate) fn new() -> Self {
+    fn new(track_in_flight: bool) -> Self {
         Self {
-            packed: AtomicU64::new(0),
-            spill_calls: AtomicU64::new(0),
-            spill_errors: AtomicU64::new(0),
-            spill_slow: AtomicU64::new(0),
+            buckets: core::array::from_fn(|_| AtomicU32::new(0)),
+            errors: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
-            in_flight: core::array::from_fn(|_| AtomicU64::new(0)),
+            spill_calls: AtomicU64::new(0),
+            spill_slow: AtomicU64::new(0),
+            in_flight: track_in_flight.then(|| Box::new(core::array::from_fn(|_| AtomicU64::new(0)))),
         }
     }
 
-    /// Records one call; `inc` is `CALL` plus `ERROR` and/or `SLOW`.
+    /// Records one call in `bucket` (see [`bucket_of`]).
     #[inline(always)]
-    pub(crate) fn record(&self, inc: u64) {
-        let prev = self.packed.fetch_add(inc, Ordering::Relaxed);
-        if prev & SPILL_BIT != 0 {
-            self.spill();
+    pub(crate) fn record(&self, bucket: usize, error: bool, threshold_index: usize) {
+        let prev = self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        if u64::from(prev) >= SPILL_AT {
+            self.spill(bucket, threshold_index);
+        }
+        if error {
+            // Release: window close takes `errors` before the buckets, so
+            // an error it sees has its call counted in that window or before.
+            self.errors.fetch_add(1, Ordering::Release);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn spill(&self) {
-        let word = self.packed.swap(0, Ordering::AcqRel);
-        let mut c = Counts::default();
-        c.add_packed(word);
-        self.spill_calls.fetch_add(c.calls, Ordering::Relaxed);
-        self.spill_errors.fetch_add(c.errors, Ordering::Relaxed);
-        self.spill_slow.fetch_add(c.slow, Ordering::Relaxed);
+    fn spill(&self, bucket: usize, threshold_index: usize) {
+        let n = u64::from(self.buckets[bucket].swap(0, Ordering::AcqRel));
+        self.spill_calls.fetch_add(n, Ordering::Relaxed);
+        if is_slow_bucket(bucket, threshold_index) {
+            self.spill_slow.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn cancel(&self) {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Takes everything recorded since the last drain.
-    pub(crate) fn drain(&self, into: &mut Counts) {
-        into.add_packed(self.packed.swap(0, Ordering::AcqRel));
-        into.calls += self.spill_calls.swap(0, Ordering::AcqRel);
-        into.errors += self.spill_errors.swap(0, Ordering::AcqRel);
-        into.slow += self.spill_slow.swap(0, Ordering::AcqRel);
-        into.cancelled += self.cancelled.swap(0, Ordering::AcqRel);
+    /// The in-flight slot `slot`, if tracking is on.
+    #[inline]
+    pub(crate) fn in_flight(&self, slot: usize) -> Option<&AtomicU64> {
+        self.in_flight.as_ref().map(|s| &s[slot % INFLIGHT_SLOTS])
     }
 
     #[cfg(test)]
-    pub(crate) fn preload(&self, word: u64) {
-        self.packed.store(word, Ordering::Relaxed);
+    pub(crate) fn preload(&self, bucket: usize, n: u32) {
+        self.buckets[bucket].store(n, Ordering::Relaxed);
     }
 }
 
 /// A shard with a single writer (an owned per-core handle).
 #[derive(Debug)]
 pub(crate) struct LocalShard {
-    calls: AtomicU64,
+    buckets: [AtomicU64; BUCKETS],
     errors: AtomicU64,
-    slow: AtomicU64,
     cancelled: AtomicU64,
-    /// Readings at the last drain; only window close touches these.
-    seen: [AtomicU64; 4],
+    /// Readings at the last drain (buckets, then errors and cancelled);
+    /// only window close touches these.
+    seen: Box<[AtomicU64]>,
 }
 
 #[inline(always)]
@@ -140,54 +211,33 @@ fn bump(cell: &AtomicU64) {
     cell.store(cell.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
 }
 
+/// Takes the difference from the last reading and remembers the new one.
+fn delta(cell: &AtomicU64, seen: &AtomicU64) -> u64 {
+    let now = cell.load(Ordering::Acquire);
+    now.wrapping_sub(seen.swap(now, Ordering::Relaxed))
+}
+
 impl LocalShard {
-    pub(crate) fn new() -> Self {
+    fn new() -> Self {
         Self {
-            calls: AtomicU64::new(0),
+            buckets: core::array::from_fn(|_| AtomicU64::new(0)),
             errors: AtomicU64::new(0),
-            slow: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
-            seen: core::array::from_fn(|_| AtomicU64::new(0)),
+            seen: (0..BUCKETS + 2).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
     /// Records one call. Only the shard's owner may call this.
     #[inline(always)]
-    pub(crate) fn record(&self, error: bool, slow: bool) {
-        // Errors and slow calls first, calls last: a concurrent drain that
-        // reads `calls` first therefore never sees more errors than calls in
-        // total.
+    pub(crate) fn record(&self, bucket: usize, error: bool) {
         if error {
             bump(&self.errors);
         }
-        if slow {
-            bump(&self.slow);
-        }
-        bump(&self.calls);
+        bump(&self.buckets[bucket]);
     }
 
     pub(crate) fn cancel(&self) {
         bump(&self.cancelled);
-    }
-
-    /// Adds the counts since the last drain. Only window close calls this
-    /// (under the tick lock), so `seen` has one writer too.
-    pub(crate) fn drain(&self, into: &mut Counts) {
-        let now = [
-            self.calls.load(Ordering::Acquire),
-            self.errors.load(Ordering::Acquire),
-            self.slow.load(Ordering::Acquire),
-            self.cancelled.load(Ordering::Acquire),
-        ];
-        let mut delta = [0u64; 4];
-        for i in 0..4 {
-            delta[i] = now[i].wrapping_sub(self.seen[i].load(Ordering::Relaxed));
-            self.seen[i].store(now[i], Ordering::Relaxed);
-        }
-        into.calls += delta[0];
-        into.errors += delta[1];
-        into.slow += delta[2];
-        into.cancelled += delta[3];
     }
 }
 
@@ -197,15 +247,20 @@ pub(crate) struct Shards {
     shared: Box<[CachePadded<Shard>]>,
     mask: usize,
     pub(crate) local: Box<[CachePadded<LocalShard>]>,
+    /// The bucket of the latency threshold.
+    pub(crate) threshold_index: usize,
 }
 
 impl Shards {
-    pub(crate) fn new(shared: usize, local: usize) -> Self {
+    pub(crate) fn new(shared: usize, local: usize, track_in_flight: bool, threshold_ns: u64) -> Self {
         debug_assert!(shared.is_power_of_two());
         Self {
-            shared: (0..shared).map(|_| CachePadded::new(Shard::new())).collect(),
+            shared: (0..shared)
+                .map(|_| CachePadded::new(Shard::new(track_in_flight)))
+                .collect(),
             mask: shared - 1,
             local: (0..local).map(|_| CachePadded::new(LocalShard::new())).collect(),
+            threshold_index: key_index(threshold_ns),
         }
     }
 
@@ -219,13 +274,55 @@ impl Shards {
         &self.shared
     }
 
-    pub(crate) fn drain(&self, into: &mut Counts) {
+    /// Takes everything recorded since the last drain; `sketch` gets each
+    /// non-empty bucket's sketch key and count.
+    pub(crate) fn drain(&self, into: &mut Counts, mut sketch: impl FnMut(i32, u64)) {
+        let t = self.threshold_index;
+        // Errors first: a record adds to its bucket before its error, so
+        // every error taken here has its call taken below or earlier, and
+        // the running totals never show more errors than calls.
         for s in self.shared.iter() {
-            s.drain(into);
+            into.errors += s.errors.swap(0, Ordering::AcqRel);
+            into.cancelled += s.cancelled.swap(0, Ordering::AcqRel);
         }
         for s in self.local.iter() {
-            s.drain(into);
+            into.errors += delta(&s.errors, &s.seen[BUCKETS]);
+            into.cancelled += delta(&s.cancelled, &s.seen[BUCKETS + 1]);
         }
+        for bucket in 0..BUCKETS {
+            let mut n = 0u64;
+            for s in self.shared.iter() {
+                let cell = &s.buckets[bucket];
+                // Most buckets are empty: a load is cheaper than a swap.
+                if cell.load(Ordering::Relaxed) != 0 {
+                    n += u64::from(cell.swap(0, Ordering::AcqRel));
+                }
+            }
+            for s in self.local.iter() {
+                n += delta(&s.buckets[bucket], &s.seen[bucket]);
+            }
+            if n != 0 {
+                into.calls += n;
+                if is_slow_bucket(bucket, t) {
+                    into.slow += n;
+                }
+                sketch(sketch_key(bucket, t), n);
+            }
+        }
+        for s in self.shared.iter() {
+            into.calls += s.spill_calls.swap(0, Ordering::AcqRel);
+            into.slow += s.spill_slow.swap(0, Ordering::AcqRel);
+        }
+    }
+
+    /// Bytes held by the shards (for the memory figure).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let shared = self.shared.len() * core::mem::size_of::<CachePadded<Shard>>()
+            + self.shared.iter().filter(|s| s.in_flight.is_some()).count()
+                * core::mem::size_of::<[AtomicU64; INFLIGHT_SLOTS]>();
+        let local = self.local.len()
+            * (core::mem::size_of::<CachePadded<LocalShard>>() + (BUCKETS + 2) * core::mem::size_of::<AtomicU64>());
+        shared + local
     }
 }
 
@@ -253,54 +350,78 @@ fn thread_index() -> usize {
 mod tests {
     use super::*;
 
-    #[test]
-    fn packed_fields_are_independent() {
-        let s = Shard::new();
-        s.record(CALL);
-        s.record(CALL | ERROR);
-        s.record(CALL | SLOW);
-        s.record(CALL | ERROR | SLOW);
-        s.cancel();
-        let mut c = Counts::default();
-        s.drain(&mut c);
-        assert_eq!(
-            c,
-            Counts {
-                calls: 4,
-                errors: 2,
-                slow: 2,
-                cancelled: 1
-            }
-        );
-        let mut again = Counts::default();
-        s.drain(&mut again);
-        assert_eq!(again, Counts::default());
+    /// The exact key, with a logarithm: what the table approximates.
+    fn exact(ns: u64) -> i64 {
+        (8.0 * (ns as f64).log2()).ceil() as i64 - i64::from(KEY_OFFSET)
     }
 
     #[test]
-    fn spill_keeps_counts_exact_past_the_field_width() {
-        let s = Shard::new();
-        // Start just under the spill bit so that the test is fast.
-        s.preload((SPILL_BIT - 3) * (CALL + ERROR + SLOW));
-        let n = 3 * (1u64 << FIELD_BITS);
-        for i in 0..n {
-            s.record(CALL | if i % 2 == 0 { ERROR } else { 0 } | SLOW);
+    fn table_keys_match_the_logarithm_except_within_a_bin_of_a_boundary() {
+        let mut mismatches = 0;
+        let mut ns = 1025u64;
+        while ns < 1 << 36 {
+            let got = key_index(ns) as i64;
+            let want = exact(ns);
+            if got != want {
+                mismatches += 1;
+                assert_eq!((got - want).abs(), 1, "{ns}");
+                // The value sits within 1/256 of the boundary between the two.
+                let boundary = 2f64.powf((want.max(got) + i64::from(KEY_OFFSET) - 1) as f64 / 8.0);
+                assert!(((ns as f64) / boundary - 1.0).abs() < 1.0 / 256.0, "{ns}");
+            }
+            ns += ns / 997 + 1;
+        }
+        assert!(mismatches > 0 && mismatches < 2_000, "{mismatches}");
+        assert_eq!(key_index(0), 0);
+        assert_eq!(key_index(u64::MAX), TOP);
+    }
+
+    #[test]
+    fn slow_count_is_exact_around_the_threshold() {
+        for threshold in [1u64, 999, 50_000_000, 50_000_001, 1 << 30, 1 << 40] {
+            let shards = Shards::new(1, 0, false, threshold);
+            let t = shards.threshold_index;
+            let mut slow = 0;
+            for ns in [
+                threshold.saturating_sub(1),
+                threshold,
+                threshold + 1,
+                threshold * 2,
+                0,
+                u64::MAX,
+            ] {
+                let is_slow = ns > threshold;
+                slow += u64::from(is_slow);
+                shards.mine().record(bucket_of(ns, is_slow, t), false, t);
+            }
+            let mut c = Counts::default();
+            shards.drain(&mut c, |_, _| {});
+            assert_eq!((c.calls, c.slow), (6, slow), "threshold {threshold}");
+        }
+    }
+
+    #[test]
+    fn spill_keeps_calls_and_slow_exact_past_u32() {
+        let shards = Shards::new(1, 0, false, 1_000);
+        let t = shards.threshold_index;
+        let b = key_index(5_000_000);
+        shards.mine().preload(b, (SPILL_AT - 2) as u32);
+        for _ in 0..10 {
+            shards.mine().record(b, true, t);
         }
         let mut c = Counts::default();
-        s.drain(&mut c);
-        let pre = SPILL_BIT - 3;
-        assert_eq!(c.calls, pre + n);
-        assert_eq!(c.errors, pre + n / 2);
-        assert_eq!(c.slow, pre + n);
+        shards.drain(&mut c, |_, _| {});
+        assert_eq!((c.calls, c.slow, c.errors), (SPILL_AT + 8, SPILL_AT + 8, 10));
     }
 
     #[test]
     fn local_shard_drains_differences() {
-        let s = LocalShard::new();
-        s.record(true, false);
-        s.record(false, true);
+        let shards = Shards::new(1, 1, false, 1_000);
+        let s = &shards.local[0];
+        s.record(key_index(10), true);
+        s.record(key_index(10_000), false);
         let mut c = Counts::default();
-        s.drain(&mut c);
+        shards.drain(&mut c, |_, _| {});
         assert_eq!(
             c,
             Counts {
@@ -310,10 +431,10 @@ mod tests {
                 cancelled: 0
             }
         );
-        s.record(false, false);
+        s.record(key_index(10), false);
         s.cancel();
         let mut c = Counts::default();
-        s.drain(&mut c);
+        shards.drain(&mut c, |_, _| {});
         assert_eq!(
             c,
             Counts {
