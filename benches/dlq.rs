@@ -1,1 +1,139 @@
-fn main() {}
+//! `tailguard::dlq::DeadLetterQueue` beside `crossbeam_queue::ArrayQueue`,
+//! in the same run: push + pop on one thread, and two producers with one
+//! consumer on real threads (`iter_custom`). Every bench first checks that
+//! what it measures is correct.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::Backoff;
+use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
+
+const CAPACITY: usize = 1024;
+
+fn single_thread(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dlq_push_pop_1thread");
+
+    let dlq = DeadLetterQueue::with_capacity(CAPACITY).unwrap();
+    for i in 0..3 * CAPACITY as u64 {
+        let class = Priority::ALL[(i % 3) as usize];
+        assert!(matches!(dlq.push(i, class), Ok(Pushed::Queued)));
+        assert_eq!(dlq.pop(), Some((i, class)));
+    }
+    assert!(dlq.is_empty());
+    g.bench_function("tailguard", |b| {
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            let _ = black_box(dlq.push(black_box(i), Priority::Routine));
+            black_box(dlq.pop())
+        })
+    });
+    assert!(dlq.is_empty());
+
+    let aq = ArrayQueue::new(CAPACITY);
+    for i in 0..3 * CAPACITY as u64 {
+        aq.push(i).unwrap();
+        assert_eq!(aq.pop(), Some(i));
+    }
+    g.bench_function("crossbeam_array_queue", |b| {
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            let _ = black_box(aq.push(black_box(i)));
+            black_box(aq.pop())
+        })
+    });
+    assert!(aq.is_empty());
+    g.finish();
+}
+
+/// Runs two producers and one consumer over `iters` items; returns the time
+/// from the start barrier to the last pop, and checks that every item
+/// arrived once (by sum and count).
+fn two_producers_one_consumer(
+    iters: u64,
+    push: impl Fn(u64) -> bool + Sync,
+    pop: impl Fn() -> Option<u64>,
+) -> Duration {
+    let per = [iters / 2, iters - iters / 2];
+    let barrier = Barrier::new(3);
+    thread::scope(|s| {
+        for (p, &n) in per.iter().enumerate() {
+            let push = &push;
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for k in 0..n {
+                    // Item values: producer in the low bit, sequence above.
+                    let v = (k << 1) | p as u64;
+                    // Same back-off for both queues: spin a little, then
+                    // yield (this machine may have fewer cores than threads).
+                    let backoff = Backoff::new();
+                    while !push(v) {
+                        backoff.snooze();
+                    }
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        let mut got = 0u64;
+        let mut next = [0u64; 2];
+        let backoff = Backoff::new();
+        while got < iters {
+            let Some(v) = pop() else {
+                backoff.snooze();
+                continue;
+            };
+            backoff.reset();
+            let p = (v & 1) as usize;
+            // FIFO per producer: this also checks every item arrives once.
+            assert_eq!(v >> 1, next[p]);
+            next[p] += 1;
+            got += 1;
+        }
+        let elapsed = start.elapsed();
+        assert_eq!(next, per);
+        elapsed
+    })
+}
+
+fn multi_thread(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dlq_2producers_1consumer");
+
+    let dlq = DeadLetterQueue::with_capacity(CAPACITY).unwrap();
+    let producer = dlq.producer();
+    let tg_push = |v| match producer.push(v, Priority::Routine) {
+        Ok(Pushed::Queued) => true,
+        Ok(Pushed::Displaced(..)) => unreachable!("one class: nothing gives way"),
+        Err(_) => false,
+    };
+    let tg_pop = || {
+        dlq.pop().map(|(v, class)| {
+            debug_assert_eq!(class, Priority::Routine);
+            v
+        })
+    };
+    // Correctness first.
+    two_producers_one_consumer(10_000, tg_push, tg_pop);
+    g.bench_function("tailguard", |b| {
+        b.iter_custom(|iters| two_producers_one_consumer(iters, tg_push, tg_pop))
+    });
+
+    let aq = ArrayQueue::new(CAPACITY);
+    let aq_push = |v| aq.push(v).is_ok();
+    let aq_pop = || aq.pop();
+    two_producers_one_consumer(10_000, aq_push, aq_pop);
+    g.bench_function("crossbeam_array_queue", |b| {
+        b.iter_custom(|iters| two_producers_one_consumer(iters, aq_push, aq_pop))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, single_thread, multi_thread);
+criterion_main!(benches);

@@ -1,1 +1,241 @@
-//! Loom models of the dead-letter queue (see the DLQ branch).
+//! Loom models of `tailguard::dlq`.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_dlq`.
+//!
+//! Each model runs two or three producers and the consumer (the model's main
+//! thread) on a queue of capacity 1 to 3 and checks that:
+//! - every item is popped, displaced (handed back), refused (handed back) or
+//!   left in the queue, exactly once, and the counters agree;
+//! - items of one producer and class are popped in order;
+//! - a `Critical` item is never displaced, and an item never displaces its
+//!   own or a higher class;
+//! - nothing leaks (`loom::alloc::Track` on every item, loom's `Arc`).
+//!
+//! Loom's `UnsafeCell` tracking fails a model if the consumer (or a
+//! displacing producer) ever reads a slot that a producer has claimed but not
+//! yet written, or if two threads touch a slot at once.
+#![cfg(tailguard_loom)]
+
+use loom::alloc::Track;
+use loom::thread;
+
+use tailguard::dlq::{DeadLetterQueue, Full, Priority, Pushed};
+use Priority::{Critical, Idle, Routine};
+
+/// An item id: producer `p` (0 for the prefill), sequence `s`.
+type Id = (usize, usize);
+
+struct Scenario {
+    capacity: usize,
+    start: usize,
+    prefill: Vec<Priority>,
+    producers: Vec<Vec<Priority>>,
+    pops: usize,
+}
+
+fn check(s: &Scenario) {
+    let q = DeadLetterQueue::__with_capacity_starting_at(s.capacity, s.start).unwrap();
+    let mut all: Vec<Id> = Vec::new();
+    for (k, &class) in s.prefill.iter().enumerate() {
+        let id = (0, k);
+        all.push(id);
+        assert!(matches!(q.push(Track::new((id, class)), class), Ok(Pushed::Queued)));
+    }
+    let handles: Vec<_> = s
+        .producers
+        .iter()
+        .enumerate()
+        .map(|(p, classes)| {
+            let producer = q.producer();
+            let classes = classes.clone();
+            for k in 0..classes.len() {
+                all.push((p + 1, k));
+            }
+            thread::spawn(move || {
+                let mut back: Vec<Id> = Vec::new();
+                for (k, class) in classes.into_iter().enumerate() {
+                    let id = (p + 1, k);
+                    match producer.push(Track::new((id, class)), class) {
+                        Ok(Pushed::Queued) => {}
+                        Ok(Pushed::Displaced(old, old_class)) => {
+                            let (old_id, c) = *old.get_ref();
+                            assert_eq!(c, old_class);
+                            assert!(old_class < class, "{class:?} displaced {old_class:?}");
+                            assert_ne!(old_class, Critical, "a Critical item was displaced");
+                            back.push(old_id);
+                        }
+                        Err(Full(item)) => {
+                            let (item_id, _) = *item.get_ref();
+                            assert_eq!(item_id, id);
+                            back.push(item_id);
+                        }
+                    }
+                }
+                back
+            })
+        })
+        .collect();
+
+    let mut popped: Vec<(Id, Priority)> = Vec::new();
+    for _ in 0..s.pops {
+        if let Some((item, class)) = q.pop() {
+            let (id, c) = *item.get_ref();
+            assert_eq!(c, class);
+            popped.push((id, class));
+        }
+    }
+    let mut back: Vec<Id> = Vec::new();
+    for h in handles {
+        back.extend(h.join().unwrap());
+    }
+    let stats = q.stats();
+    let len = q.len();
+    assert!(len <= s.capacity);
+    let mut left = 0;
+    while let Some((item, class)) = q.pop() {
+        let (id, c) = *item.get_ref();
+        assert_eq!(c, class);
+        popped.push((id, class));
+        left += 1;
+    }
+    assert_eq!(left, len);
+
+    // Exactly once.
+    let mut seen: Vec<Id> = popped.iter().map(|&(id, _)| id).chain(back.iter().copied()).collect();
+    seen.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(seen, all, "every item delivered or handed back exactly once");
+
+    // FIFO per producer within a class.
+    for (i, &(a, ca)) in popped.iter().enumerate() {
+        for &(b, cb) in &popped[i + 1..] {
+            if a.0 == b.0 && ca == cb {
+                assert!(a.1 < b.1, "{a:?} popped before {b:?}, class {ca:?}");
+            }
+        }
+    }
+
+    // The counters agree with what the threads saw.
+    assert_eq!(stats.critical.displaced, 0);
+    let mut total_pushed = 0;
+    for class in Priority::ALL {
+        let c = stats.class(class);
+        assert_eq!(
+            c.pushed,
+            c.popped + c.displaced + c.handed_back + c.depth,
+            "{class:?}: {c:?}"
+        );
+        total_pushed += c.pushed;
+    }
+    assert_eq!(total_pushed as usize, all.len());
+    let depth: u64 = Priority::ALL.iter().map(|&c| stats.class(c).depth).sum();
+    assert_eq!(depth as usize, len);
+}
+
+fn model(s: Scenario) {
+    loom::model(move || check(&s));
+}
+
+fn model_bounded(preemptions: usize, s: Scenario) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(b.preemption_bound.map_or(preemptions, |p| p.min(preemptions)));
+    b.check(move || check(&s));
+}
+
+/// Capacity 1: an Idle and a Critical producer race the consumer; the
+/// Critical item may displace the Idle one, never the reverse.
+#[test]
+fn cap1_idle_vs_critical() {
+    model(Scenario {
+        capacity: 1,
+        start: 0,
+        prefill: vec![],
+        producers: vec![vec![Idle], vec![Critical]],
+        pops: 1,
+    });
+}
+
+/// Capacity 1, full of an Idle item: a Routine producer displaces it while
+/// the consumer pops; exactly one of them gets it.
+#[test]
+fn cap1_displace_races_pop() {
+    model(Scenario {
+        capacity: 1,
+        start: 0,
+        prefill: vec![Idle],
+        producers: vec![vec![Routine], vec![Critical]],
+        pops: 1,
+    });
+}
+
+/// Capacity 1 full of a Critical item: both producers are handed back or
+/// wait for the consumer's pop; the Critical item is never displaced.
+#[test]
+fn cap1_critical_never_displaced() {
+    model(Scenario {
+        capacity: 1,
+        start: 0,
+        prefill: vec![Critical],
+        producers: vec![vec![Critical], vec![Routine]],
+        pops: 1,
+    });
+}
+
+/// Capacity 2, positions starting just below `usize::MAX`: the rings and
+/// the admission counter wrap during the model.
+#[test]
+fn cap2_wraparound() {
+    model(Scenario {
+        capacity: 2,
+        start: usize::MAX - 1,
+        prefill: vec![Routine],
+        producers: vec![vec![Routine, Idle], vec![Critical]],
+        pops: 2,
+    });
+}
+
+/// Capacity 2: one producer pushes two items of one class while another
+/// displaces; FIFO per producer and class holds.
+#[test]
+fn cap2_fifo_and_displacement() {
+    model(Scenario {
+        capacity: 2,
+        start: 0,
+        prefill: vec![Idle],
+        producers: vec![vec![Idle, Idle], vec![Routine]],
+        pops: 1,
+    });
+}
+
+/// Capacity 3, three producers (one per class) and the consumer.
+#[test]
+fn cap3_three_producers() {
+    model_bounded(
+        2,
+        Scenario {
+            capacity: 3,
+            start: usize::MAX,
+            prefill: vec![Idle, Routine],
+            producers: vec![vec![Idle], vec![Routine], vec![Critical]],
+            pops: 1,
+        },
+    );
+}
+
+/// Capacity 2, two producers with two items each (a Critical one among
+/// them) and two pops racing them; the heaviest model, so at most one
+/// preemption.
+#[test]
+fn cap2_two_items_each() {
+    model_bounded(
+        1,
+        Scenario {
+            capacity: 2,
+            start: 0,
+            prefill: vec![Idle],
+            producers: vec![vec![Idle, Critical], vec![Routine, Routine]],
+            pops: 2,
+        },
+    );
+}

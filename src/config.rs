@@ -91,6 +91,8 @@ pub struct BreakerBuilder {
     clock: Option<ClockSource>,
     listener: Option<Listener>,
     register_with_ticker: bool,
+    name: Option<Box<str>>,
+    flapping: (u32, Duration),
 }
 
 impl Default for BreakerBuilder {
@@ -117,6 +119,8 @@ impl Default for BreakerBuilder {
             clock: None,
             listener: None,
             register_with_ticker: true,
+            name: None,
+            flapping: (5, Duration::from_secs(60)),
         }
     }
 }
@@ -145,6 +149,8 @@ impl fmt::Debug for BreakerBuilder {
             .field("clock", &self.clock)
             .field("listener", &self.listener.is_some())
             .field("register_with_ticker", &self.register_with_ticker)
+            .field("name", &self.name)
+            .field("flapping", &self.flapping)
             .finish()
     }
 }
@@ -445,6 +451,35 @@ impl BreakerBuilder {
         self
     }
 
+    /// The consumer's name, for metrics and tracing (default none; a
+    /// [`Registry`](crate::Registry) sets it).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().name("pricing").build().unwrap();
+    /// assert_eq!(b.name(), Some("pricing"));
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Flag the breaker as flapping when more than `cycles` OPEN →
+    /// HALF_OPEN → OPEN cycles (re-opens after a probe) happen within
+    /// `within` (default: more than 5 within 60 s). The flag shows in
+    /// [`Snapshot::flapping`](crate::Snapshot::flapping) and on the
+    /// transition that raised it; it clears once the rate drops. Accepted:
+    /// 1 to 64 cycles, `within` up to one day.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let err = tailguard::Breaker::builder().flapping(0, Duration::from_secs(60)).build().unwrap_err();
+    /// assert_eq!(err.field(), "flapping");
+    /// ```
+    pub fn flapping(mut self, cycles: u32, within: Duration) -> Self {
+        self.flapping = (cycles, within);
+        self
+    }
+
     /// Validates every field and builds the breaker.
     ///
     /// # Errors
@@ -456,8 +491,9 @@ impl BreakerBuilder {
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Breaker, ConfigError> {
+        let name = self.name.clone();
         let (config, clock, listener, register) = self.validate()?;
-        Ok(Breaker::from_config(config, clock, listener, register))
+        Ok(Breaker::from_config(config, clock, listener, register, name))
     }
 
     fn validate(self) -> Result<(Config, ClockSource, Option<Listener>, bool), ConfigError> {
@@ -560,6 +596,12 @@ impl BreakerBuilder {
         if self.local_handles > MAX_LOCAL_HANDLES {
             return Err(ConfigError::new("local_handles", K::TooLarge, "must be at most 64"));
         }
+        let flap_cycles = match self.flapping.0 {
+            0 => return Err(ConfigError::new("flapping", K::Zero, "needs at least one cycle")),
+            n if n > 64 => return Err(ConfigError::new("flapping", K::TooLarge, "must be at most 64 cycles")),
+            n => n as usize,
+        };
+        let flap_ns = span("flapping", self.flapping.1, Duration::from_nanos(1), MAX_BACKOFF)?;
         // In-flight epochs: the ring of `INFLIGHT_SLOTS` must cover one
         // window plus one threshold with room for a late tick.
         let epoch_ns = (window_ns + threshold_ns)
@@ -588,6 +630,8 @@ impl BreakerBuilder {
             epoch_ns,
             shards,
             local_handles: self.local_handles,
+            flap_cycles,
+            flap_ns,
         };
         let clock = self.clock.unwrap_or_default();
         Ok((config, clock, self.listener, self.register_with_ticker))
@@ -631,6 +675,8 @@ pub(crate) struct Config {
     pub(crate) epoch_ns: u64,
     pub(crate) shards: usize,
     pub(crate) local_handles: usize,
+    pub(crate) flap_cycles: usize,
+    pub(crate) flap_ns: u64,
 }
 
 impl Config {

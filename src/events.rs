@@ -33,6 +33,8 @@ struct Queue {
 pub(crate) struct Events {
     listener: Option<Listener>,
     queue: Mutex<Queue>,
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    name: Option<Box<str>>,
 }
 
 impl core::fmt::Debug for Events {
@@ -49,10 +51,15 @@ fn distance(from: u32, to: u32) -> u32 {
 }
 
 impl Events {
-    pub(crate) fn new(listener: Option<Listener>) -> Self {
-        let capacity = if listener.is_some() { CAPACITY } else { 0 };
+    pub(crate) fn new(listener: Option<Listener>, name: Option<Box<str>>) -> Self {
+        let capacity = if listener.is_some() || cfg!(feature = "tracing") {
+            CAPACITY
+        } else {
+            0
+        };
         Self {
             listener,
+            name,
             queue: Mutex::new(Queue {
                 pending: VecDeque::with_capacity(capacity),
                 next: 1,
@@ -63,13 +70,19 @@ impl Events {
         }
     }
 
-    pub(crate) fn has_listener(&self) -> bool {
-        self.listener.is_some()
+    /// Whether transitions are queued at all: for a listener, or for
+    /// `tracing` when that feature is on.
+    pub(crate) fn wanted(&self) -> bool {
+        self.listener.is_some() || cfg!(feature = "tracing")
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.queue.lock().pending.capacity() * core::mem::size_of::<Transition>()
     }
 
     /// Queues one transition. Never allocates, never calls the listener.
     pub(crate) fn push(&self, event: Transition) {
-        if self.listener.is_none() {
+        if !self.wanted() {
             return;
         }
         let mut q = self.queue.lock();
@@ -103,7 +116,9 @@ impl Events {
     /// Hands queued events to the listener in order, unless another thread
     /// is already doing so (it will deliver these too).
     pub(crate) fn deliver(&self) {
-        let Some(listener) = &self.listener else { return };
+        if !self.wanted() {
+            return;
+        }
         let mut q = self.queue.lock();
         if q.delivering {
             return;
@@ -144,7 +159,22 @@ impl Events {
                 }
             }
             drop(q);
-            listener(&event);
+            #[cfg(feature = "tracing")]
+            tracing::info!(
+                target: "tailguard",
+                consumer = self.name.as_deref().unwrap_or(""),
+                from = ?event.from,
+                to = ?event.to,
+                from_mode = ?event.from_mode,
+                to_mode = ?event.to_mode,
+                generation = event.generation,
+                reason = ?event.reason,
+                flapping = event.flapping,
+                "breaker transition"
+            );
+            if let Some(listener) = &self.listener {
+                listener(&event);
+            }
         }
     }
 

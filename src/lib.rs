@@ -7,6 +7,11 @@ mod config;
 pub mod dlq;
 mod error;
 mod events;
+#[cfg(all(feature = "prometheus", not(tailguard_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub mod prometheus;
+#[cfg(not(tailguard_loom))]
+mod registry;
 mod shard;
 mod state;
 mod sync;
@@ -19,6 +24,8 @@ pub use breaker::{
 };
 pub use config::{BreakerBuilder, CancelPolicy, Jitter};
 pub use error::{ConfigError, ConfigErrorKind};
+#[cfg(not(tailguard_loom))]
+pub use registry::{ConsumerSnapshot, Registry};
 pub use state::{Mode, State};
 #[cfg(not(tailguard_loom))]
 pub use ticker::Ticker;

@@ -25,9 +25,13 @@
 //! `T`) whose key equals `T`'s go to an extra bucket, [`STRADDLE`], so that
 //! slow = (buckets above `T`'s) + straddle, exactly.
 //!
-//! Buckets are `u32`: a record that sees a bucket at 2^31 moves it into the
-//! shard's wide spill counters (calls and slow stay exact; those samples leave
-//! the sketch, which only a bucket with two billion calls in one window sees).
+//! Buckets are `u16`, so that a shard's buckets fit in 420 bytes: a record
+//! that sees its bucket at 2^15 moves the bucket's count (one `swap`) into
+//! one of the shard's [`CARRIES`] wide carry counters, tagged with the bucket,
+//! at a cost of one more atomic per 32,768 records. Only if more than
+//! `CARRIES` buckets of one shard overflow within one window do the excess
+//! counts go to untagged spill counters: calls and slow calls stay exact,
+//! those samples leave the sketch.
 //!
 //! # Local shards
 //! An owned per-core handle has a shard with a single writer: plain loads and
@@ -39,7 +43,7 @@
 //! epoch and the verdict subtracts it again, unless window close already
 //! claimed the epoch (see `breaker.rs`, `claim_in_flight`).
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU16, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Octaves covered: 2^10 ns (1 µs) to 2^(10 + OCTAVES) ns. Under the loom
@@ -57,7 +61,11 @@ pub(crate) const TOP: usize = 8 * OCTAVES;
 pub(crate) const STRADDLE: usize = TOP + 1;
 /// Buckets per shard.
 pub(crate) const BUCKETS: usize = TOP + 2;
-const SPILL_AT: u64 = 1 << 31;
+const SPILL_AT: u16 = 1 << 15;
+/// Carry counters per shard.
+pub(crate) const CARRIES: usize = 6;
+const TAG_SHIFT: u32 = 56;
+const COUNT_MASK: u64 = (1 << TAG_SHIFT) - 1;
 
 /// `TABLE[m]` = `ceil(8 · log2(1 + (m + ½)/256))`: the position within an
 /// octave of the values whose next eight bits after the leading one are `m`.
@@ -131,7 +139,9 @@ pub(crate) struct Counts {
 /// A shard written by any thread.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    buckets: [AtomicU32; BUCKETS],
+    buckets: [AtomicU16; BUCKETS],
+    /// `(bucket + 1) << 56 | count`, or 0 when free.
+    carries: [AtomicU64; CARRIES],
     errors: AtomicU64,
     cancelled: AtomicU64,
     spill_calls: AtomicU64,
@@ -145,7 +155,8 @@ pub(crate) const INFLIGHT_SLOTS: usize = 16;
 impl Shard {
     fn new(track_in_flight: bool) -> Self {
         Self {
-            buckets: core::array::from_fn(|_| AtomicU32::new(0)),
+            buckets: core::array::from_fn(|_| AtomicU16::new(0)),
+            carries: core::array::from_fn(|_| AtomicU64::new(0)),
             errors: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             spill_calls: AtomicU64::new(0),
@@ -158,7 +169,7 @@ impl Shard {
     #[inline(always)]
     pub(crate) fn record(&self, bucket: usize, error: bool, threshold_index: usize) {
         let prev = self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        if u64::from(prev) >= SPILL_AT {
+        if prev >= SPILL_AT {
             self.spill(bucket, threshold_index);
         }
         if error {
@@ -172,6 +183,27 @@ impl Shard {
     #[inline(never)]
     fn spill(&self, bucket: usize, threshold_index: usize) {
         let n = u64::from(self.buckets[bucket].swap(0, Ordering::AcqRel));
+        if n == 0 {
+            return; // another record spilled it first
+        }
+        let tag = (bucket as u64 + 1) << TAG_SHIFT;
+        for carry in &self.carries {
+            let mut cur = carry.load(Ordering::Acquire);
+            loop {
+                let next = if cur == 0 {
+                    tag | n
+                } else if cur & !COUNT_MASK == tag {
+                    cur + n
+                } else {
+                    break; // another bucket's carry
+                };
+                // CAS, not fetch_add: window close may free the slot meanwhile.
+                match carry.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return,
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
         self.spill_calls.fetch_add(n, Ordering::Relaxed);
         if is_slow_bucket(bucket, threshold_index) {
             self.spill_slow.fetch_add(n, Ordering::Relaxed);
@@ -186,11 +218,6 @@ impl Shard {
     #[inline]
     pub(crate) fn in_flight(&self, slot: usize) -> Option<&AtomicU64> {
         self.in_flight.as_ref().map(|s| &s[slot % INFLIGHT_SLOTS])
-    }
-
-    #[cfg(test)]
-    pub(crate) fn preload(&self, bucket: usize, n: u32) {
-        self.buckets[bucket].store(n, Ordering::Relaxed);
     }
 }
 
@@ -289,8 +316,34 @@ impl Shards {
             into.errors += delta(&s.errors, &s.seen[BUCKETS]);
             into.cancelled += delta(&s.cancelled, &s.seen[BUCKETS + 1]);
         }
+        let mut carried = [(0usize, 0u64); CARRIES];
+        let mut n_carried = 0;
+        for s in self.shared.iter() {
+            for carry in &s.carries {
+                if carry.load(Ordering::Relaxed) != 0 {
+                    let v = carry.swap(0, Ordering::AcqRel);
+                    if v != 0 {
+                        let bucket = (v >> TAG_SHIFT) as usize - 1;
+                        // Merge into this drain's list, or count it right away.
+                        if let Some(e) = carried[..n_carried].iter_mut().find(|e| e.0 == bucket) {
+                            e.1 += v & COUNT_MASK;
+                        } else if n_carried < CARRIES {
+                            carried[n_carried] = (bucket, v & COUNT_MASK);
+                            n_carried += 1;
+                        } else {
+                            let c = v & COUNT_MASK;
+                            into.calls += c;
+                            if is_slow_bucket(bucket, t) {
+                                into.slow += c;
+                            }
+                            sketch(sketch_key(bucket, t), c);
+                        }
+                    }
+                }
+            }
+        }
         for bucket in 0..BUCKETS {
-            let mut n = 0u64;
+            let mut n: u64 = carried[..n_carried].iter().filter(|e| e.0 == bucket).map(|e| e.1).sum();
             for s in self.shared.iter() {
                 let cell = &s.buckets[bucket];
                 // Most buckets are empty: a load is cheaper than a swap.
@@ -401,17 +454,26 @@ mod tests {
     }
 
     #[test]
-    fn spill_keeps_calls_and_slow_exact_past_u32() {
+    fn spill_keeps_calls_and_slow_exact_past_u16() {
         let shards = Shards::new(1, 0, false, 1_000);
         let t = shards.threshold_index;
-        let b = key_index(5_000_000);
-        shards.mine().preload(b, (SPILL_AT - 2) as u32);
-        for _ in 0..10 {
-            shards.mine().record(b, true, t);
+        // More calls in one window than a u16 holds, in more buckets than
+        // there are carries: calls and slow stay exact, and the sketch
+        // keeps every sample of the first CARRIES buckets.
+        let per_bucket = 3 * u64::from(SPILL_AT) + 5;
+        let buckets: Vec<usize> = (0..CARRIES + 2).map(|i| key_index(5_000_000) + i).collect();
+        for &b in &buckets {
+            for _ in 0..per_bucket {
+                shards.mine().record(b, false, t);
+            }
         }
+        shards.mine().record(buckets[0], true, t);
         let mut c = Counts::default();
-        shards.drain(&mut c, |_, _| {});
-        assert_eq!((c.calls, c.slow, c.errors), (SPILL_AT + 8, SPILL_AT + 8, 10));
+        let mut sketched = 0;
+        shards.drain(&mut c, |_, n| sketched += n);
+        let total = per_bucket * buckets.len() as u64 + 1;
+        assert_eq!((c.calls, c.slow, c.errors), (total, total, 1));
+        assert!(sketched >= per_bucket * CARRIES as u64, "{sketched}");
     }
 
     #[test]

@@ -9,13 +9,13 @@
 
 #[cfg(not(tailguard_loom))]
 #[allow(unused_imports)]
-pub(crate) use portable_atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use portable_atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(tailguard_loom))]
 pub(crate) use std::sync::Arc;
 
 #[cfg(tailguard_loom)]
 #[allow(unused_imports)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 #[cfg(tailguard_loom)]
 pub(crate) use loom::sync::Arc;
 
@@ -53,11 +53,9 @@ impl<T> Mutex<T> {
 /// `UnsafeCell` with loom's access tracking under the model.
 #[cfg(not(tailguard_loom))]
 #[derive(Debug)]
-#[allow(dead_code)] // TEMP
 pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
 
 #[cfg(not(tailguard_loom))]
-#[allow(dead_code)] // TEMP
 impl<T> UnsafeCell<T> {
     pub(crate) const fn new(value: T) -> Self {
         Self(core::cell::UnsafeCell::new(value))

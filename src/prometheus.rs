@@ -1,0 +1,1 @@
+//! Prometheus export (placeholder; being written).

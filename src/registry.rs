@@ -1,0 +1,215 @@
+//! A registry of named breakers, one per consumer.
+
+use crate::breaker::{Breaker, Snapshot};
+use crate::config::BreakerBuilder;
+use crate::dlq::Producer;
+use crate::error::ConfigError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+type Depth = Arc<dyn Fn() -> usize + Send + Sync>;
+
+struct Entry {
+    breaker: Breaker,
+    fallback: Option<(Depth, usize)>,
+}
+
+/// Named breakers, one per consumer: get-or-create, lookup, removal,
+/// iteration, and the consumer's dead-letter queue depth for metrics.
+///
+/// Creating and looking up take a lock (cold paths: do it once per consumer,
+/// keep the [`Breaker`]); the breaker handed out is the same as a lone one,
+/// with no registry cost on `allow` or `record`. Every breaker built here is
+/// served by the process's one [`Ticker`](crate::Ticker) when it runs.
+/// Cloning a registry shares it.
+///
+/// ```
+/// use tailguard::{Breaker, Registry};
+/// use tailguard::dlq::DeadLetterQueue;
+///
+/// let registry = Registry::new();
+/// let pricing = registry.get_or_create("pricing", Breaker::builder)?;
+/// let again = registry.get_or_create("pricing", Breaker::builder)?;
+/// assert!(pricing.ptr_eq(&again));
+/// assert_eq!(pricing.name(), Some("pricing"));
+///
+/// let dlq: DeadLetterQueue<u64> = DeadLetterQueue::with_capacity(64)?;
+/// registry.attach_fallback("pricing", dlq.producer());
+/// assert_eq!(registry.consumers()[0].fallback_depth, Some(0));
+/// assert!(registry.remove("pricing").is_some());
+/// assert!(registry.get("pricing").is_none());
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Registry {
+    entries: Arc<parking_lot::RwLock<BTreeMap<Arc<str>, Entry>>>,
+}
+
+impl core::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Registry").field("consumers", &self.len()).finish()
+    }
+}
+
+/// One consumer's row in [`Registry::consumers`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConsumerSnapshot {
+    /// The consumer's name.
+    pub name: Arc<str>,
+    /// Its breaker's snapshot.
+    pub snapshot: Snapshot,
+    /// Items in its dead-letter queue, if one is attached.
+    pub fallback_depth: Option<usize>,
+    /// Its dead-letter queue's capacity, if one is attached.
+    pub fallback_capacity: Option<usize>,
+}
+
+impl Registry {
+    /// An empty registry.
+    ///
+    /// ```
+    /// assert!(tailguard::Registry::new().is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The breaker named `name`, built from `make()` if there is none yet
+    /// (`make` runs only then, under the registry's lock; the name is set
+    /// on the builder).
+    ///
+    /// # Errors
+    /// The builder's [`ConfigError`]; nothing is registered then.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = tailguard::Registry::new();
+    /// let b = r.get_or_create("dispatch", || {
+    ///     tailguard::Breaker::builder().latency_threshold(Duration::from_millis(20))
+    /// })?;
+    /// # drop(b);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn get_or_create(&self, name: &str, make: impl FnOnce() -> BreakerBuilder) -> Result<Breaker, ConfigError> {
+        if let Some(b) = self.get(name) {
+            return Ok(b);
+        }
+        let mut entries = self.entries.write();
+        if let Some(e) = entries.get(name) {
+            return Ok(e.breaker.clone());
+        }
+        let breaker = make().name(name).build()?;
+        entries.insert(
+            Arc::from(name),
+            Entry {
+                breaker: breaker.clone(),
+                fallback: None,
+            },
+        );
+        Ok(breaker)
+    }
+
+    /// The breaker named `name`.
+    ///
+    /// ```
+    /// assert!(tailguard::Registry::new().get("nobody").is_none());
+    /// ```
+    pub fn get(&self, name: &str) -> Option<Breaker> {
+        self.entries.read().get(name).map(|e| e.breaker.clone())
+    }
+
+    /// Removes and returns the breaker named `name` (clones held elsewhere
+    /// keep working; the registry just forgets it).
+    ///
+    /// ```
+    /// let r = tailguard::Registry::new();
+    /// r.get_or_create("a", tailguard::Breaker::builder).unwrap();
+    /// assert!(r.remove("a").is_some());
+    /// assert!(r.remove("a").is_none());
+    /// ```
+    pub fn remove(&self, name: &str) -> Option<Breaker> {
+        self.entries.write().remove(name).map(|e| e.breaker)
+    }
+
+    /// Reports `producer`'s queue as the fallback of consumer `name`
+    /// (`breaker_fallback_depth`). Returns false if there is no such consumer.
+    ///
+    /// ```
+    /// use tailguard::dlq::DeadLetterQueue;
+    /// let r = tailguard::Registry::new();
+    /// let q: DeadLetterQueue<()> = DeadLetterQueue::with_capacity(8).unwrap();
+    /// assert!(!r.attach_fallback("x", q.producer()));
+    /// ```
+    pub fn attach_fallback<T: Send + 'static>(&self, name: &str, producer: Producer<T>) -> bool {
+        let capacity = producer.capacity();
+        match self.entries.write().get_mut(name) {
+            Some(e) => {
+                e.fallback = Some((Arc::new(move || producer.len()), capacity));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of consumers.
+    ///
+    /// ```
+    /// assert_eq!(tailguard::Registry::new().len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.entries.read().len()
+    }
+
+    /// Whether there are no consumers.
+    ///
+    /// ```
+    /// assert!(tailguard::Registry::new().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.entries.read().is_empty()
+    }
+
+    /// Calls `f` with each consumer's name and breaker, in name order (under
+    /// the registry's read lock: `f` must not create or remove consumers).
+    ///
+    /// ```
+    /// let r = tailguard::Registry::new();
+    /// r.get_or_create("b", tailguard::Breaker::builder).unwrap();
+    /// r.get_or_create("a", tailguard::Breaker::builder).unwrap();
+    /// let mut names = Vec::new();
+    /// r.for_each(|name, _| names.push(name.to_string()));
+    /// assert_eq!(names, ["a", "b"]);
+    /// ```
+    pub fn for_each(&self, mut f: impl FnMut(&str, &Breaker)) {
+        for (name, e) in self.entries.read().iter() {
+            f(name, &e.breaker);
+        }
+    }
+
+    /// Every consumer's snapshot and fallback depth, in name order: what a
+    /// metrics scrape reads.
+    ///
+    /// ```
+    /// let r = tailguard::Registry::new();
+    /// r.get_or_create("a", tailguard::Breaker::builder).unwrap();
+    /// assert_eq!(&*r.consumers()[0].name, "a");
+    /// ```
+    pub fn consumers(&self) -> Vec<ConsumerSnapshot> {
+        let rows: Vec<(Arc<str>, Breaker, Option<(Depth, usize)>)> = self
+            .entries
+            .read()
+            .iter()
+            .map(|(n, e)| (Arc::clone(n), e.breaker.clone(), e.fallback.clone()))
+            .collect();
+        // Snapshots are taken outside the registry lock.
+        rows.into_iter()
+            .map(|(name, breaker, fallback)| ConsumerSnapshot {
+                name,
+                snapshot: breaker.snapshot(),
+                fallback_depth: fallback.as_ref().map(|(depth, _)| depth()),
+                fallback_capacity: fallback.as_ref().map(|(_, cap)| *cap),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,489 @@
+//! Behaviour tests of `tailguard::dlq`: ordering, displacement, wraparound,
+//! drops, conservation under a multi-threaded stress run.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tailguard::dlq::{DeadLetterQueue, Full, Priority, Pushed, Stats};
+use tailguard::ConfigErrorKind;
+
+use Priority::{Critical, Idle, Routine};
+
+/// Scales a loop count down under Miri.
+const fn scaled(n: usize) -> usize {
+    if cfg!(miri) {
+        let m = n / 5_000;
+        if m < 50 {
+            50
+        } else {
+            m
+        }
+    } else {
+        n
+    }
+}
+
+fn assert_conserved(s: &Stats) {
+    for class in Priority::ALL {
+        let c = s.class(class);
+        assert_eq!(
+            c.pushed,
+            c.popped + c.displaced + c.handed_back + c.depth,
+            "conservation for {class:?}: {c:?}"
+        );
+        assert_eq!(c.pushed, c.queued + c.handed_back);
+    }
+}
+
+#[test]
+fn capacity_errors() {
+    let e = DeadLetterQueue::<u8>::with_capacity(0).unwrap_err();
+    assert_eq!((e.field(), e.kind()), ("capacity", ConfigErrorKind::Zero));
+    for cap in [usize::MAX, usize::MAX / 2 + 1, isize::MAX as usize] {
+        let e = DeadLetterQueue::<u64>::with_capacity(cap).unwrap_err();
+        assert_eq!((e.field(), e.kind()), ("capacity", ConfigErrorKind::TooLarge));
+    }
+    let e = DeadLetterQueue::<[u8; 4096]>::with_capacity(1 << 52).unwrap_err();
+    assert_eq!(e.kind(), ConfigErrorKind::TooLarge);
+    let q = DeadLetterQueue::<u8>::with_capacity(1).unwrap();
+    assert_eq!((q.capacity(), q.len(), q.is_empty()), (1, 0, true));
+}
+
+#[test]
+fn fifo_within_class_priority_across_classes() {
+    let q = DeadLetterQueue::with_capacity(16).unwrap();
+    let order = [
+        (0, Idle),
+        (1, Routine),
+        (2, Critical),
+        (3, Idle),
+        (4, Routine),
+        (5, Critical),
+        (6, Idle),
+    ];
+    for (v, c) in order {
+        assert_eq!(q.push(v, c), Ok(Pushed::Queued));
+    }
+    let d = q.fallback_depth();
+    assert_eq!((d.idle, d.routine, d.critical), (3, 2, 2));
+    let popped: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
+    assert_eq!(
+        popped,
+        [
+            (2, Critical),
+            (5, Critical),
+            (1, Routine),
+            (4, Routine),
+            (0, Idle),
+            (3, Idle),
+            (6, Idle)
+        ]
+    );
+    assert!(q.is_empty());
+    assert_conserved(&q.stats());
+}
+
+#[test]
+fn fifo_per_producer_within_class_threads() {
+    const PER: usize = scaled(20_000);
+    let q = DeadLetterQueue::with_capacity(8).unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..3usize)
+        .map(|t| {
+            let p = q.producer();
+            let done = done.clone();
+            thread::spawn(move || {
+                // One class, so that nothing is displaced and a full queue
+                // hands the item back (then we retry it).
+                let class = Routine;
+                let mut i = 0;
+                while i < PER {
+                    match p.push((t, i), class) {
+                        Ok(Pushed::Queued) => i += 1,
+                        Ok(Pushed::Displaced(..)) => unreachable!("one class: nothing gives way"),
+                        Err(Full(_)) => thread::yield_now(),
+                    }
+                }
+                done.fetch_add(1, Ordering::Release);
+            })
+        })
+        .collect();
+    let mut next = [0usize; 3];
+    loop {
+        match q.pop() {
+            Some(((t, i), c)) => {
+                assert_eq!(c, Routine);
+                assert_eq!(i, next[t], "producer {t} out of order");
+                next[t] += 1;
+            }
+            None => {
+                if done.load(Ordering::Acquire) == 3 && q.is_empty() {
+                    break;
+                }
+                thread::yield_now();
+            }
+        }
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(next, [PER; 3]);
+    assert_conserved(&q.stats());
+}
+
+#[test]
+fn displacement_order() {
+    let q = DeadLetterQueue::with_capacity(4).unwrap();
+    for (v, c) in [("i1", Idle), ("r1", Routine), ("i2", Idle), ("r2", Routine)] {
+        assert_eq!(q.push(v, c), Ok(Pushed::Queued));
+    }
+    // Full. A Routine item displaces the oldest Idle; an Idle item nothing.
+    assert_eq!(q.push("r3", Routine), Ok(Pushed::Displaced("i1", Idle)));
+    assert_eq!(q.push("i3", Idle), Err(Full("i3")));
+    // Critical items: the oldest Idle first, then the oldest Routine.
+    assert_eq!(q.push("c1", Critical), Ok(Pushed::Displaced("i2", Idle)));
+    assert_eq!(q.push("c2", Critical), Ok(Pushed::Displaced("r1", Routine)));
+    // A Routine item never displaces its own class.
+    assert_eq!(q.push("r4", Routine), Err(Full("r4")));
+    assert_eq!(q.push("c3", Critical), Ok(Pushed::Displaced("r2", Routine)));
+    assert_eq!(q.push("c4", Critical), Ok(Pushed::Displaced("r3", Routine)));
+    assert_eq!(q.push("c5", Critical), Err(Full("c5")));
+    assert_eq!(q.len(), 4);
+    let popped: Vec<_> = std::iter::from_fn(|| q.pop()).map(|(v, _)| v).collect();
+    assert_eq!(popped, ["c1", "c2", "c3", "c4"]);
+    let s = q.stats();
+    assert_eq!((s.idle.pushed, s.idle.displaced, s.idle.handed_back), (3, 2, 1));
+    assert_eq!(
+        (s.routine.pushed, s.routine.displaced, s.routine.handed_back),
+        (4, 3, 1)
+    );
+    assert_eq!(
+        (s.critical.pushed, s.critical.popped, s.critical.handed_back),
+        (5, 4, 1)
+    );
+    assert_eq!(s.critical.displaced, 0);
+    assert_conserved(&s);
+}
+
+#[test]
+fn full_of_critical_hands_back_and_evicts_nothing() {
+    for cap in 1..=4 {
+        let q = DeadLetterQueue::with_capacity(cap).unwrap();
+        for i in 0..cap {
+            assert_eq!(q.push(i, Critical), Ok(Pushed::Queued));
+        }
+        for class in Priority::ALL {
+            let err = q.push(99, class).unwrap_err();
+            assert_eq!(format!("{err:?}"), "Full(..)");
+            assert!(!err.to_string().is_empty());
+            assert_eq!(err.into_inner(), 99);
+        }
+        assert_eq!(q.fallback_depth().critical, cap);
+        for i in 0..cap {
+            assert_eq!(q.pop(), Some((i, Critical)));
+        }
+        assert_eq!(q.pop(), None);
+        let s = q.stats();
+        assert_eq!(s.critical.displaced, 0);
+        assert_eq!(
+            (s.idle.handed_back, s.routine.handed_back, s.critical.handed_back),
+            (1, 1, 1)
+        );
+        assert_conserved(&s);
+    }
+}
+
+/// A deterministic workload over every class, checked against a model.
+fn cycle_against_model(cap: usize, start: usize, ops: usize) {
+    let q = DeadLetterQueue::__with_capacity_starting_at(cap, start).unwrap();
+    let mut model: [std::collections::VecDeque<u64>; 3] = Default::default();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (cap as u64) ^ (start as u64);
+    let mut next = 0u64;
+    for _ in 0..ops {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        if rng % 8 < 5 {
+            let class = Priority::ALL[(rng >> 8) as usize % 3];
+            let v = next;
+            next += 1;
+            let len: usize = model.iter().map(|m| m.len()).sum();
+            let got = q.push(v, class);
+            if len < cap {
+                assert_eq!(got, Ok(Pushed::Queued));
+                model[class as usize].push_back(v);
+            } else if let Some(low) = (0..class as usize).find(|&c| !model[c].is_empty()) {
+                let old = model[low].pop_front().unwrap();
+                assert_eq!(got, Ok(Pushed::Displaced(old, Priority::ALL[low])));
+                model[class as usize].push_back(v);
+            } else {
+                assert_eq!(got, Err(Full(v)));
+            }
+        } else {
+            let want = (0..3)
+                .rev()
+                .find(|&c| !model[c].is_empty())
+                .map(|c| (model[c].pop_front().unwrap(), Priority::ALL[c]));
+            assert_eq!(q.pop(), want);
+        }
+        assert_eq!(q.len(), model.iter().map(|m| m.len()).sum::<usize>());
+    }
+    let d = q.fallback_depth();
+    assert_eq!([d.idle, d.routine, d.critical], [0, 1, 2].map(|c| model[c].len()));
+    assert_conserved(&q.stats());
+}
+
+#[test]
+fn small_capacities_wrap_many_times() {
+    // Millions of operations in total (fewer under Miri).
+    for cap in 1..=3 {
+        cycle_against_model(cap, 0, scaled(1_000_000));
+        // And across the wrap of the positions themselves.
+        cycle_against_model(cap, usize::MAX - 1_000, scaled(200_000));
+    }
+}
+
+#[test]
+fn positions_start_near_usize_max() {
+    for cap in 1..=5 {
+        for back in [0usize, 1, 2, 3, 7, 64] {
+            cycle_against_model(cap, usize::MAX - back, scaled(20_000).min(20_000));
+        }
+    }
+}
+
+/// An item that counts its drops in a shared table.
+struct Counted {
+    id: usize,
+    drops: Arc<Vec<AtomicUsize>>,
+    panic_on_drop: bool,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops[self.id].fetch_add(1, Ordering::SeqCst);
+        if self.panic_on_drop {
+            panic!("item {} panics in drop", self.id);
+        }
+    }
+}
+
+#[test]
+fn every_item_dropped_exactly_once() {
+    const N: usize = 64;
+    let drops: Arc<Vec<AtomicUsize>> = Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect());
+    let item = |id| Counted {
+        id,
+        drops: drops.clone(),
+        panic_on_drop: false,
+    };
+    let q = DeadLetterQueue::with_capacity(4).unwrap();
+    let mut id = 0;
+    let mut kept = Vec::new();
+    for round in 0..10 {
+        for k in 0..5 {
+            let class = Priority::ALL[(round + k) % 3];
+            match q.push(item(id), class) {
+                Ok(Pushed::Queued) => {}
+                Ok(Pushed::Displaced(old, _)) => drop(old),
+                Err(full) => drop(full.into_inner()),
+            }
+            id += 1;
+        }
+        if round % 2 == 0 {
+            let _ = q.pop();
+        }
+        if round == 5 {
+            // Popped items may be kept by the caller for a while.
+            kept.extend(q.pop());
+        }
+    }
+    assert!(!q.is_empty(), "some items must be left in the queue at drop");
+    let producer = q.producer();
+    drop(q);
+    // The producer keeps the storage alive; nothing dropped twice yet.
+    assert!(drops.iter().all(|d| d.load(Ordering::SeqCst) <= 1));
+    drop(producer);
+    drop(kept);
+    for (i, d) in drops.iter().enumerate().take(id) {
+        assert_eq!(d.load(Ordering::SeqCst), 1, "item {i}");
+    }
+}
+
+#[test]
+fn panicking_drop_neither_leaks_nor_double_drops() {
+    for panicker_class in Priority::ALL {
+        let drops: Arc<Vec<AtomicUsize>> = Arc::new((0..9).map(|_| AtomicUsize::new(0)).collect());
+        let q = DeadLetterQueue::with_capacity(9).unwrap();
+        for id in 0..9 {
+            let class = Priority::ALL[id % 3];
+            let it = Counted {
+                id,
+                drops: drops.clone(),
+                panic_on_drop: class == panicker_class && id / 3 == 1,
+            };
+            assert!(matches!(q.push(it, class), Ok(Pushed::Queued)));
+        }
+        let r = catch_unwind(AssertUnwindSafe(|| drop(q)));
+        assert!(r.is_err(), "the item's panic propagates");
+        for (i, d) in drops.iter().enumerate() {
+            assert_eq!(
+                d.load(Ordering::SeqCst),
+                1,
+                "item {i} (panicker class {panicker_class:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn drain_and_reentrant_push() {
+    let q = DeadLetterQueue::with_capacity(4).unwrap();
+    for i in 0..4 {
+        let _ = q.push(i, Routine);
+    }
+    let mut seen = Vec::new();
+    // Re-queue the even items as Idle while draining: they come back after
+    // the Routine items.
+    let n = q.drain(usize::MAX, |v, c| {
+        seen.push((v, c));
+        if c == Routine && v % 2 == 0 {
+            assert_eq!(q.push(v, Idle), Ok(Pushed::Queued));
+        }
+    });
+    assert_eq!(n, 6);
+    assert_eq!(
+        seen,
+        [
+            (0, Routine),
+            (1, Routine),
+            (2, Routine),
+            (3, Routine),
+            (0, Idle),
+            (2, Idle)
+        ]
+    );
+    assert_eq!(q.drain(10, |_, _| unreachable!()), 0);
+}
+
+/// Four producers (one per class plus a mixed one) and the consumer race
+/// through a small queue; conservation holds exactly and each producer's
+/// items of a class arrive in order.
+///
+/// Under Miri it is cut down to a few dozen operations per thread.
+#[test]
+fn stress_four_producers_one_consumer() {
+    let run_for = if cfg!(debug_assertions) {
+        Duration::from_millis(700)
+    } else {
+        Duration::from_millis(2500)
+    };
+    const PRODUCERS: usize = 4;
+    let q = DeadLetterQueue::with_capacity(3).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Per producer: (pushed, displaced-by-class, handed back) by class, as
+    // seen by the producer.
+    let tallies = Arc::new(Mutex::new(Vec::new()));
+    let handles: Vec<_> = (0..PRODUCERS)
+        .map(|t| {
+            let p = q.producer();
+            let stop = stop.clone();
+            let tallies = tallies.clone();
+            thread::spawn(move || {
+                let mut seq = [0u64; 3];
+                let mut pushed = [0u64; 3];
+                let mut displaced = [0u64; 3];
+                let mut handed_back = [0u64; 3];
+                let mut k = 0usize;
+                // Under Miri, a few dozen pushes per producer.
+                let limit = if cfg!(miri) { 40 } else { usize::MAX };
+                while !stop.load(Ordering::Relaxed) && k < limit {
+                    k += 1;
+                    let class = if t < 3 { Priority::ALL[t] } else { Priority::ALL[k % 3] };
+                    let c = class as usize;
+                    pushed[c] += 1;
+                    match p.push((t, c, seq[c]), class) {
+                        Ok(Pushed::Queued) => {}
+                        Ok(Pushed::Displaced((_, oc, _), old_class)) => {
+                            assert_eq!(oc, old_class as usize);
+                            assert!(old_class < class, "displaced its own or a higher class");
+                            assert_ne!(old_class, Critical);
+                            displaced[oc] += 1;
+                        }
+                        Err(Full((_, fc, _))) => {
+                            assert_eq!(fc, c);
+                            handed_back[c] += 1;
+                        }
+                    }
+                    seq[c] += 1;
+                }
+                tallies.lock().unwrap().push((pushed, displaced, handed_back));
+            })
+        })
+        .collect();
+
+    let deadline = Instant::now() + run_for;
+    let mut last: HashMap<(usize, usize), u64> = HashMap::new();
+    let mut popped = [0u64; 3];
+    let mut check = |((t, c, s), class): ((usize, usize, u64), Priority)| {
+        assert_eq!(c, class as usize);
+        if let Some(prev) = last.insert((t, c), s) {
+            assert!(s > prev, "producer {t} class {c}: {s} after {prev}");
+        }
+        popped[c] += 1;
+    };
+    let mut i = 0u64;
+    while if cfg!(miri) { i < 400 } else { Instant::now() < deadline } {
+        i += 1;
+        if let Some(x) = q.pop() {
+            check(x);
+        }
+        if i % 1024 == 0 {
+            assert!(q.len() <= 3);
+            let d = q.fallback_depth();
+            assert!(d.total() <= 3 + PRODUCERS, "{d:?}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = q.stats();
+    assert_conserved(&s);
+    let len_at_stop = q.len() as u64;
+    assert_eq!(
+        len_at_stop,
+        [s.idle.depth, s.routine.depth, s.critical.depth].iter().sum::<u64>()
+    );
+    while let Some(x) = q.pop() {
+        check(x);
+    }
+    let s2 = q.stats();
+    assert_conserved(&s2);
+    let tallies = tallies.lock().unwrap();
+    for class in Priority::ALL {
+        let c = class as usize;
+        let st = s2.class(class);
+        let pushed: u64 = tallies.iter().map(|x| x.0[c]).sum();
+        let displaced: u64 = tallies.iter().map(|x| x.1[c]).sum();
+        let handed_back: u64 = tallies.iter().map(|x| x.2[c]).sum();
+        assert_eq!(st.pushed, pushed, "{class:?}");
+        assert_eq!(st.displaced, displaced, "{class:?}");
+        assert_eq!(st.handed_back, handed_back, "{class:?}");
+        assert_eq!(st.popped, popped[c], "{class:?}");
+        assert_eq!(st.depth, 0);
+        // Exactly: pushed = popped + displaced + handed_back (+ len 0).
+        assert_eq!(pushed, popped[c] + displaced + handed_back, "{class:?}");
+    }
+    assert_eq!(s2.critical.displaced, 0);
+    // The run must actually have exercised every path.
+    if cfg!(miri) {
+        return;
+    }
+    assert!(s2.idle.displaced > 0 && s2.routine.displaced > 0, "{s2:?}");
+    assert!(s2.critical.handed_back > 0 || s2.routine.handed_back > 0, "{s2:?}");
+}
