@@ -330,7 +330,7 @@ struct TickState {
     /// if the breaker stayed CLOSED in one generation all through it.
     window_gen: u32,
     /// Per-window (calls, errors), newest at `ring_pos - 1`.
-    ring: Box<[(u64, u64)]>,
+    ring: Box<[(u32, u32)]>,
     ring_pos: usize,
     /// The highest time seen by window close (step-back detection).
     high: u64,
@@ -345,7 +345,8 @@ impl TickState {
 
     fn push(&mut self, calls: u64, errors: u64) {
         let len = self.ring.len();
-        self.ring[self.ring_pos] = (calls, errors);
+        let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        self.ring[self.ring_pos] = (narrow(calls), narrow(errors));
         self.ring_pos = (self.ring_pos + 1) % len;
     }
 
@@ -354,7 +355,7 @@ impl TickState {
         let len = self.ring.len();
         (1..=n.min(len)).fold((0, 0), |(c, e), back| {
             let (wc, we) = self.ring[(self.ring_pos + len - back) % len];
-            (c + wc, e + we)
+            (c + u64::from(wc), e + u64::from(we))
         })
     }
 }
@@ -1726,7 +1727,7 @@ impl Inner {
         core::mem::size_of::<Inner>()
             + 2 * core::mem::size_of::<usize>() // the Arc's counts
             + self.shards.heap_bytes()
-            + ts.ring.len() * core::mem::size_of::<(u64, u64)>()
+            + ts.ring.len() * core::mem::size_of::<(u32, u32)>()
             + self.flaps.lock().times.len() * core::mem::size_of::<u64>()
             + self.events.heap_bytes()
             + self.name.as_ref().map_or(0, |n| n.len())

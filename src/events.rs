@@ -30,7 +30,11 @@ struct Queue {
     lost: u64,
 }
 
-pub(crate) struct Events {
+/// Transition events; nothing at all (one null pointer) when there is no
+/// listener and no `tracing`.
+pub(crate) struct Events(Option<Box<Active>>);
+
+struct Active {
     listener: Option<Listener>,
     queue: Mutex<Queue>,
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
@@ -39,9 +43,7 @@ pub(crate) struct Events {
 
 impl core::fmt::Debug for Events {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Events")
-            .field("listener", &self.listener.is_some())
-            .finish()
+        f.debug_struct("Events").field("active", &self.0.is_some()).finish()
     }
 }
 
@@ -52,39 +54,57 @@ fn distance(from: u32, to: u32) -> u32 {
 
 impl Events {
     pub(crate) fn new(listener: Option<Listener>, name: Option<Box<str>>) -> Self {
-        let capacity = if listener.is_some() || cfg!(feature = "tracing") {
-            CAPACITY
-        } else {
-            0
-        };
-        Self {
+        if listener.is_none() && !cfg!(feature = "tracing") {
+            return Self(None);
+        }
+        Self(Some(Box::new(Active {
             listener,
             name,
             queue: Mutex::new(Queue {
-                pending: VecDeque::with_capacity(capacity),
+                pending: VecDeque::with_capacity(CAPACITY),
                 next: 1,
                 delivering: false,
                 lost_upto: None,
                 lost: 0,
             }),
-        }
+        })))
     }
 
     /// Whether transitions are queued at all: for a listener, or for
     /// `tracing` when that feature is on.
     pub(crate) fn wanted(&self) -> bool {
-        self.listener.is_some() || cfg!(feature = "tracing")
+        self.0.is_some()
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.queue.lock().pending.capacity() * core::mem::size_of::<Transition>()
+        self.0.as_ref().map_or(0, |a| {
+            core::mem::size_of::<Active>() + a.queue.lock().pending.capacity() * core::mem::size_of::<Transition>()
+        })
     }
 
     /// Queues one transition. Never allocates, never calls the listener.
     pub(crate) fn push(&self, event: Transition) {
-        if !self.wanted() {
-            return;
+        if let Some(a) = &self.0 {
+            a.push(event);
         }
+    }
+
+    /// Hands queued events to the listener in order, unless another thread
+    /// is already doing so (it will deliver these too).
+    pub(crate) fn deliver(&self) {
+        if let Some(a) = &self.0 {
+            a.deliver();
+        }
+    }
+
+    pub(crate) fn lost(&self) -> u64 {
+        self.0.as_ref().map_or(0, |a| a.queue.lock().lost)
+    }
+}
+
+impl Active {
+    /// Queues one transition. Never allocates, never calls the listener.
+    fn push(&self, event: Transition) {
         let mut q = self.queue.lock();
         let d = distance(q.next, event.generation);
         if d >= GEN_MODULUS / 2 {
@@ -115,10 +135,7 @@ impl Events {
 
     /// Hands queued events to the listener in order, unless another thread
     /// is already doing so (it will deliver these too).
-    pub(crate) fn deliver(&self) {
-        if !self.wanted() {
-            return;
-        }
+    fn deliver(&self) {
         let mut q = self.queue.lock();
         if q.delivering {
             return;
@@ -176,9 +193,5 @@ impl Events {
                 listener(&event);
             }
         }
-    }
-
-    pub(crate) fn lost(&self) -> u64 {
-        self.queue.lock().lost
     }
 }

@@ -1,1 +1,305 @@
-//! Prometheus export (placeholder; being written).
+//! Prometheus export of every breaker in a [`Registry`] (feature `prometheus`).
+//!
+//! [`BreakerCollector`] is a [`prometheus_client`] [`Collector`]: it reads
+//! each consumer's [`Snapshot`](crate::Snapshot) when Prometheus scrapes, so
+//! the hot path (`allow`, `record`, DLQ `push`) pays nothing for it. A scrape
+//! takes the registry's read lock to list the consumers, then each breaker's
+//! window-close lock for its snapshot, one at a time.
+//!
+//! Every series carries a `consumer` label (the registry name):
+//!
+//! | series | type | value |
+//! |---|---|---|
+//! | `breaker_state` | gauge | 0 closed, 1 open, 2 half-open (under `metrics_only`: the state it would be in) |
+//! | `breaker_mode{mode}` | gauge | 1 for the current override mode, 0 for the others |
+//! | `breaker_trips_total` | counter | transitions into OPEN (trips and re-opens) |
+//! | `breaker_open_duration_seconds` | gauge | how long it has been OPEN, 0 when not (and when forced open) |
+//! | `breaker_flapping` | gauge | 1 while OPEN → HALF_OPEN → OPEN cycles come too often |
+//! | `breaker_calls_total`, `breaker_errors_total`, `breaker_slow_calls_total`, `breaker_cancelled_total` | counter | over every closed window |
+//! | `breaker_shadow_rejections_total` | counter | calls a `metrics_only` breaker admitted that it would have rejected |
+//! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window (absent for a window without calls) |
+//! | `breaker_fallback_depth`, `breaker_fallback_capacity` | gauge | items in / size of the attached dead-letter queue (only consumers with one) |
+//!
+//! Counters and window quantiles move when a window closes (the
+//! [`Ticker`](crate::Ticker) or [`Breaker::tick`](crate::Breaker::tick)),
+//! not per call. A family with no series (say, no queue attached anywhere)
+//! is left out entirely.
+//!
+//! ```
+//! use tailguard::{Breaker, Registry};
+//!
+//! let registry = Registry::new();
+//! registry.get_or_create("pricing", Breaker::builder)?;
+//! let text = tailguard::prometheus::encode_text(&registry);
+//! assert!(text.contains("breaker_state{consumer=\"pricing\"} 0\n"));
+//! assert!(text.contains("# TYPE breaker_trips_total counter\n"));
+//! # Ok::<(), tailguard::ConfigError>(())
+//! ```
+
+use crate::registry::{ConsumerSnapshot, Registry};
+use crate::state::Mode;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use std::fmt;
+
+/// The `Content-Type` of [`encode_text`]'s output: the Prometheus text
+/// format, version 0.0.4 (what every Prometheus server accepts).
+///
+/// ```
+/// assert_eq!(tailguard::prometheus::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+/// ```
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// A [`Collector`] that exports every breaker of a [`Registry`], read at
+/// scrape time (see the [module documentation](self) for the series).
+///
+/// Consumers created or removed after registration show up or disappear on
+/// the next scrape: the collector holds a clone of the registry, which
+/// shares it.
+///
+/// ```
+/// use prometheus_client::encoding::prometheus_text;
+/// use tailguard::prometheus::BreakerCollector;
+/// use tailguard::{Breaker, Registry};
+///
+/// let breakers = Registry::new();
+/// let mut metrics = prometheus_client::registry::Registry::default();
+/// metrics.register_collector(Box::new(BreakerCollector::new(breakers.clone())));
+///
+/// breakers.get_or_create("compliance", Breaker::builder)?; // after registration: still exported
+/// let mut text = String::new();
+/// prometheus_text::encode(&mut text, &metrics).unwrap();
+/// assert!(text.contains("breaker_calls_total{consumer=\"compliance\"} 0\n"));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct BreakerCollector {
+    registry: Registry,
+}
+
+impl BreakerCollector {
+    /// A collector over `registry` (a clone shares it).
+    ///
+    /// ```
+    /// let collector = tailguard::prometheus::BreakerCollector::new(tailguard::Registry::new());
+    /// # drop(collector);
+    /// ```
+    pub fn new(registry: Registry) -> Self {
+        Self { registry }
+    }
+
+    /// The registry this collector reads.
+    ///
+    /// ```
+    /// let registry = tailguard::Registry::new();
+    /// let collector = tailguard::prometheus::BreakerCollector::new(registry.clone());
+    /// registry.get_or_create("a", tailguard::Breaker::builder).unwrap();
+    /// assert_eq!(collector.registry().len(), 1);
+    /// ```
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+/// Encodes every breaker of `registry` in the Prometheus text format
+/// (version 0.0.4, served as [`CONTENT_TYPE`]): a fresh
+/// `prometheus_client` registry holding one [`BreakerCollector`], encoded
+/// with [`prometheus_text::encode`](prometheus_client::encoding::prometheus_text::encode).
+///
+/// To serve the breakers next to other metrics, register a
+/// [`BreakerCollector`] in your own `prometheus_client` registry instead.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, Registry};
+/// use tailguard::clock::ManualClock;
+///
+/// let clock = ManualClock::new();
+/// let registry = Registry::new();
+/// let b = registry.get_or_create("pricing", || Breaker::builder().clock(clock.clone()).ticker(false))?;
+/// b.allow()?.record_latency(Duration::from_millis(120), false);
+/// clock.advance(Duration::from_secs(1));
+/// b.tick();
+///
+/// let text = tailguard::prometheus::encode_text(&registry);
+/// assert!(text.contains("breaker_calls_total{consumer=\"pricing\"} 1\n"));
+/// assert!(text.contains("breaker_slow_calls_total{consumer=\"pricing\"} 1\n"));
+/// assert!(text.contains("breaker_latency_seconds{consumer=\"pricing\",quantile=\"0.99\"} "));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn encode_text(registry: &Registry) -> String {
+    let mut metrics = prometheus_client::registry::Registry::default();
+    metrics.register_collector(Box::new(BreakerCollector::new(registry.clone())));
+    let mut text = String::new();
+    // Writing to a `String` cannot fail, and the collector fails only when
+    // its writer does.
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics)
+        .expect("encoding into a String never fails");
+    text
+}
+
+/// The `mode` label of `breaker_mode`.
+fn mode_label(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Normal => "normal",
+        Mode::ForcedOpen => "forced_open",
+        Mode::ForcedClosed => "forced_closed",
+        Mode::Disabled => "disabled",
+        Mode::MetricsOnly => "metrics_only",
+    }
+}
+
+const MODES: [Mode; 5] = [
+    Mode::Normal,
+    Mode::ForcedOpen,
+    Mode::ForcedClosed,
+    Mode::Disabled,
+    Mode::MetricsOnly,
+];
+
+/// Writes one family: a descriptor, then one sample per consumer for which
+/// `value` is `Some`; nothing at all when it is `None` for every consumer.
+fn family<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &'static str,
+    help: &str,
+    rows: &[ConsumerSnapshot],
+    value: impl Fn(&ConsumerSnapshot) -> Option<M>,
+) -> fmt::Result {
+    let samples: Vec<(&str, M)> = rows.iter().filter_map(|r| Some((&*r.name, value(r)?))).collect();
+    let Some((_, first)) = samples.first() else {
+        return Ok(());
+    };
+    let mut metric = encoder.encode_descriptor(name, help, None, first.metric_type())?;
+    for (consumer, sample) in &samples {
+        let labels = [("consumer", *consumer)];
+        sample.encode(metric.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counter(v: u64) -> Option<ConstCounter<u64>> {
+    Some(ConstCounter::new(v))
+}
+
+fn gauge(v: i64) -> Option<ConstGauge<i64>> {
+    Some(ConstGauge::new(v))
+}
+
+impl Collector for BreakerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let rows = self.registry.consumers();
+        let e = &mut encoder;
+
+        family(
+            e,
+            "breaker_state",
+            "Breaker state: 0 closed, 1 open, 2 half-open.",
+            &rows,
+            |r| gauge(i64::from(r.snapshot.state.as_metric())),
+        )?;
+        if !rows.is_empty() {
+            let mut metric = e.encode_descriptor(
+                "breaker_mode",
+                "Operator override mode: 1 for the current mode, 0 for the others.",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for r in &rows {
+                for mode in MODES {
+                    let labels = [("consumer", &*r.name), ("mode", mode_label(mode))];
+                    ConstGauge::new(i64::from(r.snapshot.mode == mode)).encode(metric.encode_family(&labels)?)?;
+                }
+            }
+        }
+        // Counters: the encoder appends `_total`.
+        family(
+            e,
+            "breaker_trips",
+            "Transitions into OPEN (trips and re-opens).",
+            &rows,
+            |r| counter(r.snapshot.trip_count),
+        )?;
+        family(
+            e,
+            "breaker_open_duration_seconds",
+            "How long the breaker has been OPEN; 0 when it is not.",
+            &rows,
+            |r| Some(ConstGauge::new(r.snapshot.open_for.map_or(0.0, |d| d.as_secs_f64()))),
+        )?;
+        family(
+            e,
+            "breaker_flapping",
+            "1 while OPEN -> HALF_OPEN -> OPEN cycles come faster than the flapping limit.",
+            &rows,
+            |r| gauge(i64::from(r.snapshot.flapping)),
+        )?;
+        family(
+            e,
+            "breaker_calls",
+            "Calls measured, over every closed window.",
+            &rows,
+            |r| counter(r.snapshot.totals.calls),
+        )?;
+        family(
+            e,
+            "breaker_errors",
+            "Calls recorded as failures, over every closed window.",
+            &rows,
+            |r| counter(r.snapshot.totals.errors),
+        )?;
+        family(
+            e,
+            "breaker_slow_calls",
+            "Calls slower than the latency threshold, over every closed window.",
+            &rows,
+            |r| counter(r.snapshot.totals.slow),
+        )?;
+        family(
+            e,
+            "breaker_cancelled",
+            "Permits dropped without a verdict, over every closed window.",
+            &rows,
+            |r| counter(r.snapshot.totals.cancelled),
+        )?;
+        family(
+            e,
+            "breaker_shadow_rejections",
+            "Calls a metrics-only breaker admitted that it would have rejected.",
+            &rows,
+            |r| counter(r.snapshot.shadow_rejections),
+        )?;
+        if rows.iter().any(|r| r.snapshot.window.latency.is_some()) {
+            let mut metric = e.encode_descriptor(
+                "breaker_latency_seconds",
+                "Latency quantiles of the last closed window.",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for r in &rows {
+                let Some(q) = r.snapshot.window.latency else { continue };
+                for (quantile, d) in [("0.5", q.p50), ("0.9", q.p90), ("0.99", q.p99), ("0.999", q.p999)] {
+                    let labels = [("consumer", &*r.name), ("quantile", quantile)];
+                    ConstGauge::new(d.as_secs_f64()).encode(metric.encode_family(&labels)?)?;
+                }
+            }
+        }
+        family(
+            e,
+            "breaker_fallback_depth",
+            "Items in the consumer's dead-letter queue.",
+            &rows,
+            |r| r.fallback_depth.map(|d| ConstGauge::new(d)),
+        )?;
+        family(
+            e,
+            "breaker_fallback_capacity",
+            "Capacity of the consumer's dead-letter queue.",
+            &rows,
+            |r| r.fallback_capacity.map(|c| ConstGauge::new(c)),
+        )?;
+        Ok(())
+    }
+}

@@ -25,7 +25,8 @@
 //! `T`) whose key equals `T`'s go to an extra bucket, [`STRADDLE`], so that
 //! slow = (buckets above `T`'s) + straddle, exactly.
 //!
-//! Buckets are `u16`, so that a shard's buckets fit in 420 bytes: a record
+//! Buckets are `u16`, so that a shard (buckets, carries, counters) fits in
+//! 640 bytes: a record
 //! that sees its bucket at 2^15 moves the bucket's count (one `swap`) into
 //! one of the shard's [`CARRIES`] wide carry counters, tagged with the bucket,
 //! at a cost of one more atomic per 32,768 records. Only if more than
@@ -63,7 +64,7 @@ pub(crate) const STRADDLE: usize = TOP + 1;
 pub(crate) const BUCKETS: usize = TOP + 2;
 const SPILL_AT: u16 = 1 << 15;
 /// Carry counters per shard.
-pub(crate) const CARRIES: usize = 6;
+pub(crate) const CARRIES: usize = 22;
 const TAG_SHIFT: u32 = 56;
 const COUNT_MASK: u64 = (1 << TAG_SHIFT) - 1;
 

@@ -1,0 +1,379 @@
+#![cfg(feature = "prometheus")]
+//! Prometheus export: the encoded text, parsed back with a real text-format parser, matches every snapshot.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tailguard::clock::ManualClock;
+use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::prometheus::{encode_text, BreakerCollector, CONTENT_TYPE};
+use tailguard::{Breaker, ConsumerSnapshot, Mode, Registry, State};
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// A series: metric name and its labels, sorted.
+type Key = (String, Vec<(String, String)>);
+
+fn key(metric: &str, labels: &[(&str, &str)]) -> Key {
+    let mut labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    labels.sort();
+    (metric.to_string(), labels)
+}
+
+/// What the exposition should hold for these consumers, derived from the
+/// snapshots alone.
+fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, (Kind, f64)> {
+    let mut out = BTreeMap::new();
+    for r in rows {
+        let c = &*r.name;
+        let s = &r.snapshot;
+        let mut put = |metric: &str, extra: &[(&str, &str)], kind: Kind, v: f64| {
+            let mut labels = vec![("consumer", c)];
+            labels.extend_from_slice(extra);
+            assert!(
+                out.insert(key(metric, &labels), (kind, v)).is_none(),
+                "duplicate {metric}"
+            );
+        };
+        put("breaker_state", &[], Kind::Gauge, f64::from(s.state.as_metric()));
+        for (mode, label) in [
+            (Mode::Normal, "normal"),
+            (Mode::ForcedOpen, "forced_open"),
+            (Mode::ForcedClosed, "forced_closed"),
+            (Mode::Disabled, "disabled"),
+            (Mode::MetricsOnly, "metrics_only"),
+        ] {
+            put(
+                "breaker_mode",
+                &[("mode", label)],
+                Kind::Gauge,
+                f64::from(u8::from(s.mode == mode)),
+            );
+        }
+        put("breaker_trips_total", &[], Kind::Counter, s.trip_count as f64);
+        let open = s.open_for.map_or(0.0, |d| d.as_secs_f64());
+        put("breaker_open_duration_seconds", &[], Kind::Gauge, open);
+        put("breaker_flapping", &[], Kind::Gauge, f64::from(u8::from(s.flapping)));
+        put("breaker_calls_total", &[], Kind::Counter, s.totals.calls as f64);
+        put("breaker_errors_total", &[], Kind::Counter, s.totals.errors as f64);
+        put("breaker_slow_calls_total", &[], Kind::Counter, s.totals.slow as f64);
+        put("breaker_cancelled_total", &[], Kind::Counter, s.totals.cancelled as f64);
+        put(
+            "breaker_shadow_rejections_total",
+            &[],
+            Kind::Counter,
+            s.shadow_rejections as f64,
+        );
+        if let Some(q) = s.window.latency {
+            for (label, d) in [("0.5", q.p50), ("0.9", q.p90), ("0.99", q.p99), ("0.999", q.p999)] {
+                put(
+                    "breaker_latency_seconds",
+                    &[("quantile", label)],
+                    Kind::Gauge,
+                    d.as_secs_f64(),
+                );
+            }
+        }
+        if let Some(depth) = r.fallback_depth {
+            put("breaker_fallback_depth", &[], Kind::Gauge, depth as f64);
+        }
+        if let Some(cap) = r.fallback_capacity {
+            put("breaker_fallback_capacity", &[], Kind::Gauge, cap as f64);
+        }
+    }
+    out
+}
+
+/// Parses `text` with `prometheus_parse` into the same shape.
+fn parsed(text: &str) -> BTreeMap<Key, (Kind, f64)> {
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let mut out = BTreeMap::new();
+    for s in scrape.samples {
+        let (kind, v) = match s.value {
+            prometheus_parse::Value::Counter(v) => (Kind::Counter, v),
+            prometheus_parse::Value::Gauge(v) => (Kind::Gauge, v),
+            other => panic!("{}: unexpected value type {other:?}", s.metric),
+        };
+        let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert!(
+            out.insert(key(&s.metric, &labels), (kind, v)).is_none(),
+            "duplicate series {}",
+            s.metric
+        );
+    }
+    for name in scrape.docs.keys() {
+        assert!(name.starts_with("breaker_"), "help for {name}");
+    }
+    out
+}
+
+/// Fills `registry` with four consumers that exercise every series:
+/// `pricing` tripped on latency and open for 2.5 s with a dead-letter queue
+/// holding 5 items, `compliance` healthy, `ledger` flapping, `search` idle
+/// under metrics-only. Returns what keeps them alive.
+fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
+    // pricing: 10% of calls over the 50 ms threshold (the P99 rule allows
+    // 1%), two breaching windows trip it.
+    let pricing_clock = ManualClock::new();
+    let pricing = registry
+        .get_or_create("pricing", || {
+            Breaker::builder()
+                .clock(pricing_clock.clone())
+                .ticker(false)
+                .window(SEC)
+                .latency_threshold(50 * MS)
+                .trip_windows(2)
+                .min_calls(10)
+                .base_backoff(30 * SEC)
+                .max_backoff(60 * SEC)
+        })
+        .unwrap();
+    for window in 0..2 {
+        for i in 0..200u32 {
+            let latency = if i % 10 == 0 { 80 * MS } else { (2 + i % 7) * MS };
+            pricing.allow().unwrap().record_latency(latency, i % 13 != 0);
+        }
+        for _ in 0..3 {
+            drop(pricing.allow().unwrap()); // cancelled
+        }
+        pricing_clock.advance(SEC);
+        pricing.tick();
+        let expect = if window == 0 { State::Closed } else { State::Open };
+        assert_eq!(pricing.state(), expect, "after window {window}");
+    }
+    pricing_clock.advance(2500 * MS);
+    let dlq = DeadLetterQueue::with_capacity(16).unwrap();
+    for i in 0..5 {
+        assert!(dlq.push(i, Priority::Routine).is_ok());
+    }
+    assert!(registry.attach_fallback("pricing", dlq.producer()));
+
+    // compliance: fast and healthy.
+    let compliance_clock = ManualClock::new();
+    let compliance = registry
+        .get_or_create("compliance", || {
+            Breaker::builder().clock(compliance_clock.clone()).ticker(false)
+        })
+        .unwrap();
+    for i in 0..50u32 {
+        compliance.allow().unwrap().record_latency((1 + i % 4) * MS, true);
+    }
+    compliance_clock.advance(SEC);
+    compliance.tick();
+
+    // ledger: re-opens after each failed probe, more often than the limit.
+    let ledger_clock = ManualClock::new();
+    let ledger = registry
+        .get_or_create("ledger", || {
+            Breaker::builder()
+                .clock(ledger_clock.clone())
+                .ticker(false)
+                .base_backoff(100 * MS)
+                .max_backoff(100 * MS)
+                .flapping(1, 60 * SEC)
+        })
+        .unwrap();
+    ledger.trip_now();
+    for _ in 0..2 {
+        ledger_clock.advance(100 * MS);
+        ledger.allow().unwrap().record(false); // OPEN -> HALF_OPEN -> OPEN
+    }
+    ledger_clock.advance(40 * MS);
+
+    // search: idle, metrics-only, no window closed with calls.
+    let search_clock = ManualClock::new();
+    let search = registry
+        .get_or_create("search", || {
+            Breaker::builder().clock(search_clock.clone()).ticker(false)
+        })
+        .unwrap();
+    search.metrics_only();
+    search_clock.advance(SEC);
+    search.tick();
+
+    (vec![pricing_clock, compliance_clock, ledger_clock, search_clock], dlq)
+}
+
+#[test]
+fn every_series_matches_the_snapshots() {
+    let registry = Registry::new();
+    let _keep = scenario(&registry);
+    let text = encode_text(&registry);
+    // Manual clocks and no traffic: the snapshots read after encoding are
+    // the ones the encoder read.
+    let rows = registry.consumers();
+
+    // The scenario is not trivial.
+    let by_name = |n: &str| rows.iter().find(|r| &*r.name == n).unwrap();
+    let pricing = by_name("pricing");
+    let p = &pricing.snapshot;
+    assert_eq!(p.state, State::Open);
+    assert_eq!(p.trip_count, 1);
+    assert_eq!(p.open_for, Some(2500 * MS));
+    assert_eq!((p.totals.calls, p.totals.slow, p.totals.cancelled), (400, 40, 6));
+    assert_eq!(p.totals.errors, 2 * 16);
+    let q = p.window.latency.expect("pricing's last window had calls");
+    assert!(q.p50 < 50 * MS && q.p99 > 50 * MS, "{q:?}");
+    assert_eq!((pricing.fallback_depth, pricing.fallback_capacity), (Some(5), Some(16)));
+    let ledger = &by_name("ledger").snapshot;
+    assert!(
+        ledger.flapping && ledger.state == State::Open && ledger.trip_count >= 3,
+        "{ledger:?}"
+    );
+    assert_eq!(by_name("search").snapshot.mode, Mode::MetricsOnly);
+    assert_eq!(by_name("search").snapshot.window.latency, None);
+    assert_eq!(by_name("compliance").snapshot.totals.calls, 50);
+
+    let want = expected(&rows);
+    let got = parsed(&text);
+    for (k, v) in &want {
+        assert_eq!(got.get(k), Some(v), "series {k:?} in\n{text}");
+    }
+    for k in got.keys() {
+        assert!(want.contains_key(k), "unexpected series {k:?} in\n{text}");
+    }
+    // 4 consumers × 14 series, + 4 quantiles for pricing and compliance
+    // (ledger and search closed no window with calls), + 2 for the queue.
+    assert_eq!(by_name("ledger").snapshot.window.latency, None);
+    assert_eq!(got.len(), 4 * 14 + 4 * 2 + 2);
+}
+
+#[test]
+fn names_and_types_are_exactly_the_documented_ones() {
+    let registry = Registry::new();
+    let _keep = scenario(&registry);
+    let text = encode_text(&registry);
+    let types: BTreeMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_once(' ').unwrap())
+        .collect();
+    let want: BTreeMap<&str, &str> = [
+        ("breaker_state", "gauge"),
+        ("breaker_mode", "gauge"),
+        ("breaker_trips_total", "counter"),
+        ("breaker_open_duration_seconds", "gauge"),
+        ("breaker_flapping", "gauge"),
+        ("breaker_calls_total", "counter"),
+        ("breaker_errors_total", "counter"),
+        ("breaker_slow_calls_total", "counter"),
+        ("breaker_cancelled_total", "counter"),
+        ("breaker_shadow_rejections_total", "counter"),
+        ("breaker_latency_seconds", "gauge"),
+        ("breaker_fallback_depth", "gauge"),
+        ("breaker_fallback_capacity", "gauge"),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(types, want);
+    assert!(!text.contains("_total_total"));
+    assert!(!text.contains("# EOF"), "Prometheus text format 0.0.4, not OpenMetrics");
+    assert!(CONTENT_TYPE.starts_with("text/plain; version=0.0.4"));
+    // Every sample line's metric has its TYPE line.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap();
+        assert!(types.contains_key(name), "{line}");
+    }
+}
+
+#[test]
+fn an_empty_registry_exports_nothing() {
+    assert_eq!(encode_text(&Registry::new()), "");
+}
+
+#[test]
+fn families_without_series_are_left_out() {
+    let registry = Registry::new();
+    let clock = ManualClock::new();
+    registry
+        .get_or_create("quiet", || Breaker::builder().clock(clock.clone()).ticker(false))
+        .unwrap();
+    let text = encode_text(&registry);
+    assert!(text.contains("breaker_state{consumer=\"quiet\"} 0\n"));
+    assert!(!text.contains("breaker_latency_seconds"), "no window with calls yet");
+    assert!(!text.contains("breaker_fallback_"), "no queue attached");
+    assert!(text.contains("breaker_open_duration_seconds{consumer=\"quiet\"} 0"));
+}
+
+#[test]
+fn the_collector_follows_the_registry_after_registration() {
+    let breakers = Registry::new();
+    let mut metrics = prometheus_client::registry::Registry::default();
+    metrics.register_collector(Box::new(BreakerCollector::new(breakers.clone())));
+    let encode = || {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics).unwrap();
+        text
+    };
+    assert_eq!(encode(), "");
+    let clock = ManualClock::new();
+    let b = breakers
+        .get_or_create("late", || Breaker::builder().clock(clock.clone()).ticker(false))
+        .unwrap();
+    assert!(encode().contains("breaker_state{consumer=\"late\"} 0\n"));
+    b.force_open();
+    assert!(encode().contains("breaker_state{consumer=\"late\"} 1\n"));
+    assert!(encode().contains("breaker_mode{consumer=\"late\",mode=\"forced_open\"} 1\n"));
+    breakers.remove("late");
+    assert_eq!(encode(), "");
+}
+
+#[test]
+fn open_duration_and_depth_are_read_at_scrape_time() {
+    let registry = Registry::new();
+    let clock = ManualClock::new();
+    let b = registry
+        .get_or_create("pricing", || {
+            Breaker::builder()
+                .clock(clock.clone())
+                .ticker(false)
+                .base_backoff(60 * SEC)
+                .max_backoff(60 * SEC)
+        })
+        .unwrap();
+    let dlq = DeadLetterQueue::with_capacity(4).unwrap();
+    registry.attach_fallback("pricing", dlq.producer());
+    b.trip_now();
+    clock.advance(1500 * MS);
+    let _ = dlq.push(1u8, Priority::Idle);
+    let text = encode_text(&registry);
+    assert!(
+        text.contains("breaker_open_duration_seconds{consumer=\"pricing\"} 1.5\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("breaker_fallback_depth{consumer=\"pricing\"} 1\n"),
+        "{text}"
+    );
+    clock.advance(SEC);
+    let _ = dlq.pop();
+    let text = encode_text(&registry);
+    assert!(
+        text.contains("breaker_open_duration_seconds{consumer=\"pricing\"} 2.5\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("breaker_fallback_depth{consumer=\"pricing\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("breaker_fallback_capacity{consumer=\"pricing\"} 4\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn label_values_are_escaped() {
+    let registry = Registry::new();
+    registry
+        .get_or_create("we\"ird\\name", || Breaker::builder().ticker(false))
+        .unwrap();
+    let text = encode_text(&registry);
+    assert!(text.contains(r#"breaker_state{consumer="we\"ird\\name"} 0"#), "{text}");
+}
