@@ -25,20 +25,20 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
     own_policy=1
   fi
   apt_log="$(mktemp)"
-  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; } >"$apt_log" 2>&1; then
+  apt_status=0
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; } >"$apt_log" 2>&1 ||
+    apt_status=$?
+  if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  if [ "$apt_status" != 0 ]; then
     cat "$apt_log" >&2
     exit 1
   fi
   rm -f "$apt_log"
-  if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
-prometheus --version 2>&1 | head -n 1
+prometheus --version 2>&1 | sed -n 1p
 
 step "promtool check rules ops/alerts.yml"
 promtool check rules ops/alerts.yml
-
-step "build the example"
-cargo build --quiet --features prometheus --example metrics_server
 
 work="$(mktemp -d)"
 server_pid=""
@@ -53,6 +53,104 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT INT TERM
+
+step "promtool test rules (the alerts fire when they should, and only then)"
+# The alerts without their annotations: promtool compares annotations too,
+# and these tests are about the expressions, `for` and labels.
+awk '/^        annotations:/ { skip = 1; next } skip && /^          / { next } { skip = 0; print }' \
+  ops/alerts.yml >"$work/alerts.yml"
+cat >"$work/alerts_test.yml" <<'YAML'
+rule_files: [alerts.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'breaker_flapping{consumer="pricing",instance="a",job="t"}'
+        values: '0 1x10'
+      - series: 'breaker_flapping{consumer="compliance",instance="a",job="t"}'
+        values: '0x10'
+      - series: 'breaker_open_duration_seconds{consumer="pricing",instance="a",job="t"}'
+        values: '0+60x10'
+      - series: 'breaker_state{consumer="pricing",instance="a",job="t"}'
+        values: '0 1x20'
+      - series: 'breaker_mode{consumer="pricing",instance="a",job="t",mode="normal"}'
+        values: '1x20'
+      - series: 'breaker_state{consumer="search",instance="a",job="t"}'
+        values: '0 1x20'
+      - series: 'breaker_mode{consumer="search",instance="a",job="t",mode="normal"}'
+        values: '0x20'
+      - series: 'breaker_mode{consumer="search",instance="a",job="t",mode="metrics_only"}'
+        values: '1x70'
+      - series: 'breaker_fallback_depth{consumer="pricing",instance="a",job="t"}'
+        values: '900x5'
+      - series: 'breaker_fallback_capacity{consumer="pricing",instance="a",job="t"}'
+        values: '1000x5'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: TailguardBreakerFlapping
+      - eval_time: 7m
+        alertname: TailguardBreakerFlapping
+        exp_alerts:
+          - exp_labels: {severity: warning, consumer: pricing, instance: a, job: t}
+      - eval_time: 5m
+        alertname: TailguardBreakerOpenTooLong
+      - eval_time: 6m
+        alertname: TailguardBreakerOpenTooLong
+        exp_alerts:
+          - exp_labels: {severity: critical, consumer: pricing, instance: a, job: t}
+      - eval_time: 10m
+        alertname: TailguardBreakerNotClosing
+      - eval_time: 16m
+        alertname: TailguardBreakerNotClosing
+        exp_alerts:
+          - exp_labels: {severity: critical, consumer: pricing, instance: a, job: t}
+      - eval_time: 3m
+        alertname: TailguardFallbackNearCapacity
+        exp_alerts:
+          - exp_labels: {severity: warning, consumer: pricing, instance: a, job: t}
+      - eval_time: 65m
+        alertname: TailguardBreakerOverrideLeftOn
+        exp_alerts:
+          - exp_labels: {severity: info, consumer: search, instance: a, job: t, mode: metrics_only}
+  - interval: 1m
+    input_series:
+      # 10 calls/s, 10% slow, never leaves CLOSED.
+      - series: 'breaker_calls_total{consumer="pricing",instance="a",job="t"}'
+        values: '0+600x20'
+      - series: 'breaker_slow_calls_total{consumer="pricing",instance="a",job="t"}'
+        values: '0+60x20'
+      - series: 'breaker_state{consumer="pricing",instance="a",job="t"}'
+        values: '0x20'
+      # The same traffic, but it trips.
+      - series: 'breaker_calls_total{consumer="search",instance="a",job="t"}'
+        values: '0+600x20'
+      - series: 'breaker_slow_calls_total{consumer="search",instance="a",job="t"}'
+        values: '0+60x20'
+      - series: 'breaker_state{consumer="search",instance="a",job="t"}'
+        values: '0 0 0 1 0 0 0 1 0 0 0 1 0 0 0 1 0 0 0 1'
+      # Closed, queue stuck at 100; and one draining.
+      - series: 'breaker_fallback_depth{consumer="pricing",instance="a",job="t"}'
+        values: '100x20'
+      - series: 'breaker_fallback_depth{consumer="search",instance="a",job="t"}'
+        values: '1000-10x20'
+      - series: 'breaker_state{consumer="ledger",instance="a",job="t"}'
+        values: '0x20'
+      - series: 'breaker_fallback_depth{consumer="ledger",instance="a",job="t"}'
+        values: '1000-10x20'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: TailguardBreakerShouldHaveTripped
+        exp_alerts:
+          - exp_labels: {severity: warning, consumer: pricing, instance: a, job: t}
+      - eval_time: 15m
+        alertname: TailguardFallbackNotDraining
+        exp_alerts:
+          - exp_labels: {severity: warning, consumer: pricing, instance: a, job: t}
+YAML
+promtool test rules "$work/alerts_test.yml"
+
+step "build the example"
+cargo build --quiet --features prometheus --example metrics_server
 
 step "start metrics_server on a free loopback port"
 # Port 0: the server binds a free port and prints it. --for: it exits by
@@ -102,7 +200,7 @@ for _ in $(seq 1 60); do
   fi
   result="$(curl -fsS --max-time 2 -G "$api/query" \
     --data-urlencode 'query=breaker_state{consumer="pricing"}' 2>/dev/null || true)"
-  if printf '%s' "$result" | grep -q '"result":\[{'; then break; fi
+  if grep -q '"result":\[{' <<<"$result"; then break; fi
   result=""
   sleep 1
 done
@@ -117,8 +215,8 @@ echo "$result"
 step "the rules are loaded"
 rules="$(curl -fsS --max-time 2 "$api/rules")"
 for alert in TailguardBreakerFlapping TailguardBreakerOpenTooLong TailguardFallbackNearCapacity; do
-  printf '%s' "$rules" | grep -q "\"$alert\"" || { echo "rule $alert not loaded" >&2; exit 1; }
+  grep -q "\"$alert\"" <<<"$rules" || { echo "rule $alert not loaded" >&2; exit 1; }
 done
-echo "ok: $(printf '%s' "$rules" | grep -o '"type":"alerting"' | wc -l) alerting rules loaded"
+echo "ok: $(grep -o '"type":"alerting"' <<<"$rules" | wc -l) alerting rules loaded"
 
 step "e2e passed in ${SECONDS}s"

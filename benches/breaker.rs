@@ -30,7 +30,7 @@
 //! * `peers/*`: `failsafe` and `recloser` doing the equivalent of a permit
 //!   cycle in CLOSED and of a rejection when open.
 //!
-//! `cargo bench --bench breaker` takes about two and a half minutes;
+//! `cargo bench --bench breaker` (46 benches) takes about three minutes;
 //! `cargo test --benches` runs every bench once as a smoke test.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};

@@ -80,9 +80,12 @@ fn search_call(i: u64, _: Duration) -> (Duration, bool) {
     (Duration::from_millis(if i % 10 == 0 { 90 } else { 12 }), true)
 }
 
+/// A simulated consumer: call number and time since start to (latency, ok).
+type Consumer = fn(u64, Duration) -> (Duration, bool);
+
 /// Drives the consumers until `stop` is set.
 fn traffic(registry: &Registry, dlq: &DeadLetterQueue<u64>, stop: &AtomicBool) {
-    let consumers: Vec<(Breaker, fn(u64, Duration) -> (Duration, bool))> = vec![
+    let consumers: Vec<(Breaker, Consumer)> = vec![
         (registry.get("pricing").expect("registered"), pricing_call),
         (registry.get("compliance").expect("registered"), compliance_call),
         (registry.get("search").expect("registered"), search_call),

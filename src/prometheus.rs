@@ -291,14 +291,14 @@ impl Collector for BreakerCollector {
             "breaker_fallback_depth",
             "Items in the consumer's dead-letter queue.",
             &rows,
-            |r| r.fallback_depth.map(|d| ConstGauge::new(d)),
+            |r| r.fallback_depth.map(ConstGauge::new),
         )?;
         family(
             e,
             "breaker_fallback_capacity",
             "Capacity of the consumer's dead-letter queue.",
             &rows,
-            |r| r.fallback_capacity.map(|c| ConstGauge::new(c)),
+            |r| r.fallback_capacity.map(ConstGauge::new),
         )?;
         Ok(())
     }

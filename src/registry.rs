@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 type Depth = Arc<dyn Fn() -> usize + Send + Sync>;
+/// A consumer's row as read under the lock: name, breaker, fallback.
+type Row = (Arc<str>, Breaker, Option<(Depth, usize)>);
 
 struct Entry {
     breaker: Breaker,
@@ -196,7 +198,7 @@ impl Registry {
     /// assert_eq!(&*r.consumers()[0].name, "a");
     /// ```
     pub fn consumers(&self) -> Vec<ConsumerSnapshot> {
-        let rows: Vec<(Arc<str>, Breaker, Option<(Depth, usize)>)> = self
+        let rows: Vec<Row> = self
             .entries
             .read()
             .iter()

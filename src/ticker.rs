@@ -11,6 +11,12 @@ use std::time::Duration;
 /// a dropped breaker is pruned at the next pass and costs nothing meanwhile.
 static BREAKERS: parking_lot::Mutex<Vec<Weak<Inner>>> = parking_lot::Mutex::new(Vec::new());
 
+/// Breakers registered while the ticker thread runs, for it to schedule.
+static PENDING: parking_lot::Mutex<Vec<Weak<Inner>>> = parking_lot::Mutex::new(Vec::new());
+/// Whether the ticker thread is running (it reads `BREAKERS` when it starts
+/// and `PENDING` after that).
+static THREAD_UP: AtomicBool = AtomicBool::new(false);
+
 /// The running ticker thread, if any, and how many handles keep it.
 static RUNNING: parking_lot::Mutex<Option<Running>> = parking_lot::Mutex::new(None);
 
@@ -21,24 +27,39 @@ struct Running {
 }
 
 pub(crate) fn register(inner: &Arc<Inner>) {
-    let mut list = BREAKERS.lock();
-    list.retain(|w| w.strong_count() > 0);
-    list.push(Arc::downgrade(inner));
-    drop(list);
-    if let Some(running) = RUNNING.lock().as_ref() {
-        // Let the new breaker's first window be closed on time.
-        running.thread.thread().unpark();
+    let weak = Arc::downgrade(inner);
+    {
+        let mut list = BREAKERS.lock();
+        // Prune dropped breakers now and then: amortised O(1) per breaker.
+        if list.len() >= 64 && list.len().is_power_of_two() {
+            list.retain(|w| w.strong_count() > 0);
+        }
+        list.push(weak.clone());
+    }
+    if THREAD_UP.load(Ordering::Acquire) {
+        PENDING.lock().push(weak);
+        if let Some(running) = RUNNING.lock().as_ref() {
+            // Let the new breaker's first window be closed on time.
+            running.thread.thread().unpark();
+        }
     }
 }
 
-/// Shortest sleep between two passes.
-const MIN_SLEEP: Duration = Duration::from_millis(1);
+/// Shortest sleep between two passes: windows close up to this late, and a
+/// thousand breakers with windows of different phases cost 200 wakes a
+/// second, not a thousand.
+const MIN_SLEEP: Duration = Duration::from_millis(5);
 
 /// Starts (or joins) the process's ticker thread.
 ///
-/// The thread, named `tailguard-ticker`, wakes when the earliest window of
-/// any live breaker is due (at most `max_sleep` apart, 50 ms by default) and
-/// calls [`Breaker::tick`](crate::Breaker::tick) on each. It runs while at
+/// The thread, named `tailguard-ticker`, keeps each live breaker's next due
+/// time (its next window end, or the end of its backoff) and wakes when the
+/// earliest is due (at most `max_sleep` apart, 50 ms by default), calling
+/// [`Breaker::tick`](crate::Breaker::tick) only on the breakers that are due:
+/// a breaker costs the thread one window close per window, and nothing in
+/// between. (A backoff or probe lease that starts between two of its passes
+/// is acted on by the first caller of `allow` at once, and by the ticker at
+/// the breaker's next window end at the latest.) It runs while at
 /// least one [`Ticker`] handle lives; the last handle to drop stops and joins
 /// it. Breakers hold no reference to it and it holds only weak references to
 /// them.
@@ -97,9 +118,17 @@ impl Ticker {
         let max_sleep = max_sleep.max(MIN_SLEEP);
         let stop = Arc::new(AtomicBool::new(false));
         let their_stop = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
+        THREAD_UP.store(true, Ordering::Release);
+        let thread = match std::thread::Builder::new()
             .name("tailguard-ticker".into())
-            .spawn(move || run(&their_stop, max_sleep))?;
+            .spawn(move || run(&their_stop, max_sleep))
+        {
+            Ok(thread) => thread,
+            Err(e) => {
+                THREAD_UP.store(false, Ordering::Release);
+                return Err(e);
+            }
+        };
         *running = Some(Running {
             handles: 1,
             stop,
@@ -150,6 +179,8 @@ impl Drop for Ticker {
                 r.stop.store(true, Ordering::Release);
                 r.thread.thread().unpark();
                 let _ = r.thread.join();
+                THREAD_UP.store(false, Ordering::Release);
+                PENDING.lock().clear();
             }
         }
     }
@@ -177,11 +208,63 @@ fn pass(live: &mut Vec<Arc<Inner>>) -> (u64, usize) {
     (soonest, n)
 }
 
+/// A breaker in the ticker's schedule, ordered by when it is next due.
+struct Due {
+    at: std::time::Instant,
+    seq: u64,
+    breaker: Weak<Inner>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        // Reversed: `BinaryHeap` is a max-heap, the earliest must come first.
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
 fn run(stop: &AtomicBool, max_sleep: Duration) {
-    let mut live = Vec::new();
+    use std::collections::BinaryHeap;
+    use std::time::Instant;
+    let mut seq = 0u64;
+    let mut due = |breaker: Weak<Inner>, at: Instant| {
+        seq += 1;
+        Due { at, seq, breaker }
+    };
+    // Each live breaker with the (real) time at which it is next due: a
+    // wake costs O(log n) per breaker due, nothing for the others.
+    let mut schedule: BinaryHeap<Due> = {
+        let now = Instant::now();
+        BREAKERS.lock().iter().map(|w| due(w.clone(), now)).collect()
+    };
+    PENDING.lock().clear(); // registered before the snapshot: already in it
     while !stop.load(Ordering::Acquire) {
-        let (soonest, _) = pass(&mut live);
-        let sleep = Duration::from_nanos(soonest).clamp(MIN_SLEEP, max_sleep);
+        let now = Instant::now();
+        for w in PENDING.lock().drain(..) {
+            schedule.push(due(w, now));
+        }
+        while schedule.peek().is_some_and(|d| d.at <= now) {
+            let Some(entry) = schedule.pop() else { break };
+            // A dropped breaker leaves the schedule here.
+            if let Some(inner) = entry.breaker.upgrade() {
+                let until = Duration::from_nanos(inner.tick_for_ticker());
+                schedule.push(due(entry.breaker, now + until.max(MIN_SLEEP)));
+            }
+        }
+        let next = schedule.peek().map_or(now + max_sleep, |d| d.at);
+        let sleep = next
+            .saturating_duration_since(Instant::now())
+            .clamp(MIN_SLEEP, max_sleep);
         std::thread::park_timeout(sleep);
     }
 }

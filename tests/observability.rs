@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tailguard::clock::ManualClock;
-use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
 use tailguard::{Breaker, Registry, State, Transition, QUANTILE_RELATIVE_ERROR};
 
 const MS: Duration = Duration::from_millis(1);
@@ -43,6 +43,22 @@ fn check_accuracy(name: &str, mut samples: Vec<u64>) {
     clock.advance(SEC);
     b.tick();
     let q = b.snapshot().window.latency.expect("a window with calls has quantiles");
+    // The same samples in sketches-ddsketch with the same γ = 2^(1/8): the
+    // breaker's quantiles are that sketch's, give or take the one bucket a
+    // value within 1/256 of a boundary may move to.
+    let gamma = 2f64.powf(1.0 / 8.0);
+    let mut dd =
+        sketches_ddsketch::DDSketch::new(sketches_ddsketch::Config::new((gamma - 1.0) / (gamma + 1.0), 4096, 1.0));
+    samples.iter().for_each(|&ns| dd.add(ns as f64));
+    for (quantile, got) in [(0.5, q.p50), (0.9, q.p90), (0.99, q.p99), (0.999, q.p999)] {
+        let theirs = dd.quantile(quantile).unwrap().unwrap();
+        let ratio = got.as_nanos() as f64 / theirs;
+        assert!(
+            ratio > 1.0 / gamma - 1e-9 && ratio < gamma + 1e-9,
+            "{name} P{}: {got:?} vs DDSketch {theirs}",
+            quantile * 100.0
+        );
+    }
     samples.sort_unstable();
     let n = samples.len();
     for (quantile, got) in [(0.5, q.p50), (0.9, q.p90), (0.99, q.p99), (0.999, q.p999)] {
@@ -206,8 +222,8 @@ fn registry_creates_once_looks_up_removes_and_iterates() {
     registry.get_or_create("compliance", Breaker::builder).unwrap();
     let dlq: DeadLetterQueue<u32> = DeadLetterQueue::with_capacity(8).unwrap();
     assert!(registry.attach_fallback("pricing", dlq.producer()));
-    dlq.push(1, Priority::Routine).unwrap();
-    dlq.push(2, Priority::Critical).unwrap();
+    assert!(matches!(dlq.push(1, Priority::Routine), Ok(Pushed::Queued)));
+    assert!(matches!(dlq.push(2, Priority::Critical), Ok(Pushed::Queued)));
     let rows = registry.consumers();
     let names: Vec<&str> = rows.iter().map(|r| &*r.name).collect();
     assert_eq!(names, ["compliance", "pricing"]);

@@ -1,5 +1,5 @@
-#![cfg(feature = "prometheus")]
 //! Prometheus export: the encoded text, parsed back with a real text-format parser, matches every snapshot.
+#![cfg(feature = "prometheus")]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
