@@ -755,8 +755,8 @@ impl Breaker {
     /// Bytes this breaker holds: its own struct, its counter shards (with
     /// their latency buckets), its rolling-window ring, its flapping ring,
     /// its event queue and its name. On x86-64 at the default settings that
-    /// is 928 bytes plus 512 bytes per shared shard (1,952 bytes with the 2
-    /// shards of a 2-core machine, so 50 consumers take under 100 KB); each
+    /// is 760 bytes plus 640 bytes per shared shard (2,040 bytes with the 2
+    /// shards of a 2-core machine, so 50 consumers take 100 KB); each
     /// reserved local handle adds about 3.4 KB, in-flight tracking 128 bytes
     /// per shard, a listener (or the `tracing` feature) a 64-event queue of
     /// about 3 KB. A listener's own captures are not counted.
