@@ -125,8 +125,10 @@ fn a_dropped_probe_returns_its_slot() {
     });
 }
 
-/// Every record lands in exactly one window across a concurrent tick, and a
-/// record's fields never split between windows.
+/// Every record lands in exactly one window across a concurrent tick: its
+/// call and slowness together (one bucket); its error in a window of its
+/// own choosing (a record racing the close may have its error in one window
+/// and its call in the next), but nothing is lost or counted twice.
 #[test]
 fn counters_are_conserved_across_a_concurrent_tick() {
     model(|| {
@@ -143,7 +145,6 @@ fn counters_are_conserved_across_a_concurrent_tick() {
         clock.advance(SEC);
         b.tick();
         let first = b.snapshot().window;
-        assert_eq!(first.calls, first.errors);
         assert_eq!(first.calls, first.slow);
         threads.into_iter().for_each(|t| t.join().unwrap());
         clock.advance(SEC);
@@ -151,6 +152,7 @@ fn counters_are_conserved_across_a_concurrent_tick() {
         let second = b.snapshot().window;
         assert_eq!(second.calls, second.slow);
         assert_eq!(first.calls + second.calls, 2);
+        assert_eq!(first.errors + second.errors, 2);
     });
 }
 

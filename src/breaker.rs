@@ -118,7 +118,9 @@ pub enum RejectReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rejected {
     reason: RejectReason,
-    retry_after: Option<Duration>,
+    /// Nanoseconds until the next probe; `u64::MAX` when unknown. Turned
+    /// into a `Duration` only if asked for.
+    retry_after_ns: u64,
 }
 
 impl Rejected {
@@ -132,7 +134,7 @@ impl Rejected {
     /// assert_eq!(b.allow().unwrap_err().retry_after(), None);
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        (self.retry_after_ns != u64::MAX).then(|| Duration::from_nanos(self.retry_after_ns))
     }
 
     /// Why the call was rejected.
@@ -149,7 +151,7 @@ impl Rejected {
 
 impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.reason, self.retry_after) {
+        match (self.reason, self.retry_after()) {
             (RejectReason::Open, Some(d)) => write!(f, "circuit open; next probe in {d:?}"),
             (RejectReason::Open, None) => write!(f, "circuit open"),
             (RejectReason::ProbesBusy, _) => write!(f, "circuit half-open; every probe slot is taken"),
@@ -449,14 +451,28 @@ impl fmt::Debug for Breaker {
     }
 }
 
+/// What a permit is, in one word (a plain `u64` keeps the permit free of
+/// enum niches, so it moves in whole registers): a probe's generation
+/// (below 2^30), or one of two markers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+struct Kind(u64);
+
+impl Kind {
     /// Measures nothing (disabled).
-    Disabled,
+    const DISABLED: Kind = Kind(u64::MAX);
     /// An ordinary call.
-    Normal,
-    /// A HALF_OPEN probe of this generation.
-    Probe(u32),
+    const NORMAL: Kind = Kind(u64::MAX - 1);
+
+    /// A HALF_OPEN probe of generation `gen`.
+    fn probe(gen: u32) -> Kind {
+        Kind(u64::from(gen))
+    }
+
+    /// The generation, if this is a probe.
+    #[inline(always)]
+    fn probe_generation(self) -> Option<u32> {
+        u32::try_from(self.0).ok()
+    }
 }
 
 /// What a probe's verdict says.
@@ -834,38 +850,37 @@ impl Core<'_> {
     #[inline(always)]
     fn finish(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
         let slow = latency_ns > self.inner.config.threshold_ns;
-        match self.kind {
-            Kind::Disabled => {}
-            Kind::Normal => {
-                if self.leave_flight() {
-                    sink.record(self.inner, latency_ns, !ok, slow);
-                }
-            }
-            Kind::Probe(gen) => {
+        if self.kind == Kind::NORMAL {
+            if self.leave_flight() {
                 sink.record(self.inner, latency_ns, !ok, slow);
-                let outcome = match (ok, slow) {
-                    (false, _) => ProbeOutcome::Failed,
-                    (true, true) => ProbeOutcome::Slow,
-                    (true, false) => ProbeOutcome::Good,
-                };
-                self.inner.probe_verdict(gen, outcome);
             }
+            return;
+        }
+        // Disabled permits measure nothing; a probe decides its round.
+        if let Some(gen) = self.kind.probe_generation() {
+            sink.record(self.inner, latency_ns, !ok, slow);
+            let outcome = match (ok, slow) {
+                (false, _) => ProbeOutcome::Failed,
+                (true, true) => ProbeOutcome::Slow,
+                (true, false) => ProbeOutcome::Good,
+            };
+            self.inner.probe_verdict(gen, outcome);
         }
     }
 
     #[cold]
     fn cancel(&self, sink: Sink<'_>) {
-        if self.kind == Kind::Disabled {
+        if self.kind == Kind::DISABLED {
             return;
         }
         match self.inner.config.cancel {
             CancelPolicy::Failure => self.finish(self.measured(), false, sink),
-            CancelPolicy::Cancelled => match self.kind {
-                Kind::Probe(gen) => {
+            CancelPolicy::Cancelled => match self.kind.probe_generation() {
+                Some(gen) => {
                     sink.cancel(self.inner);
                     self.inner.probe_verdict(gen, ProbeOutcome::Cancelled);
                 }
-                _ => {
+                None => {
                     if self.leave_flight() {
                         sink.cancel(self.inner);
                     }
@@ -902,10 +917,10 @@ impl Permit<'_> {
     /// let b = tailguard::Breaker::builder().build().unwrap();
     /// b.allow().unwrap().record(true);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn record(self, ok: bool) {
         let this = ManuallyDrop::new(self);
-        if this.core.kind != Kind::Disabled {
+        if this.core.kind != Kind::DISABLED {
             this.core.finish(this.core.measured(), ok, Sink::Shared);
         }
     }
@@ -917,7 +932,7 @@ impl Permit<'_> {
     /// let b = tailguard::Breaker::builder().build().unwrap();
     /// b.allow().unwrap().record_latency(Duration::from_millis(8), true);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn record_latency(self, latency: Duration, ok: bool) {
         let this = ManuallyDrop::new(self);
         this.core
@@ -931,7 +946,7 @@ impl Permit<'_> {
     /// assert!(!b.allow().unwrap().is_probe());
     /// ```
     pub fn is_probe(&self) -> bool {
-        matches!(self.core.kind, Kind::Probe(_))
+        self.core.kind.probe_generation().is_some()
     }
 }
 
@@ -1042,10 +1057,10 @@ impl LocalPermit<'_> {
     /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
     /// b.local_handle().unwrap().allow().unwrap().record(true);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn record(self, ok: bool) {
         let this = ManuallyDrop::new(self);
-        if this.core.kind != Kind::Disabled {
+        if this.core.kind != Kind::DISABLED {
             this.core
                 .finish(this.core.measured(), ok, Sink::Local(this.handle.shard()));
         }
@@ -1058,7 +1073,7 @@ impl LocalPermit<'_> {
     /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
     /// b.local_handle().unwrap().allow().unwrap().record_latency(Duration::from_millis(2), true);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn record_latency(self, latency: Duration, ok: bool) {
         let this = ManuallyDrop::new(self);
         this.core.finish(
@@ -1075,7 +1090,7 @@ impl LocalPermit<'_> {
     /// assert!(!b.local_handle().unwrap().allow().unwrap().is_probe());
     /// ```
     pub fn is_probe(&self) -> bool {
-        matches!(self.core.kind, Kind::Probe(_))
+        self.core.kind.probe_generation().is_some()
     }
 }
 
@@ -1137,7 +1152,7 @@ impl Inner {
         Core {
             inner: self,
             start,
-            kind: Kind::Normal,
+            kind: Kind::NORMAL,
             epoch,
         }
     }
@@ -1150,14 +1165,14 @@ impl Inner {
                     return Ok(Core {
                         inner: self,
                         start: 0,
-                        kind: Kind::Disabled,
+                        kind: Kind::DISABLED,
                         epoch: 0,
                     })
                 }
                 Mode::ForcedOpen => {
                     return Err(Rejected {
                         reason: RejectReason::ForcedOpen,
-                        retry_after: None,
+                        retry_after_ns: u64::MAX,
                     })
                 }
                 Mode::ForcedClosed => return Ok(self.normal_permit()),
@@ -1191,7 +1206,7 @@ impl Inner {
             let d = self.config.backoff_ns(word.level());
             return Admit::Reject(Rejected {
                 reason: RejectReason::Open,
-                retry_after: Some(Duration::from_nanos(d)),
+                retry_after_ns: d,
             });
         }
         let deadline = self.deadline.load(Ordering::Acquire);
@@ -1207,7 +1222,7 @@ impl Inner {
         if now < deadline {
             return Admit::Reject(Rejected {
                 reason: RejectReason::Open,
-                retry_after: Some(Duration::from_nanos(deadline - now)),
+                retry_after_ns: deadline - now,
             });
         }
         // Stamp the lease before taking the slot: whoever sees the slot taken
@@ -1226,7 +1241,7 @@ impl Inner {
                 Admit::Probe(Core {
                     inner: self,
                     start: raw,
-                    kind: Kind::Probe(next.generation()),
+                    kind: Kind::probe(next.generation()),
                     epoch: 0,
                 })
             }
@@ -1255,7 +1270,7 @@ impl Inner {
             return Admit::Probe(Core {
                 inner: self,
                 start: raw,
-                kind: Kind::Probe(next.generation()),
+                kind: Kind::probe(next.generation()),
                 epoch: 0,
             });
         }
@@ -1267,7 +1282,7 @@ impl Inner {
         }
         Admit::Reject(Rejected {
             reason: RejectReason::ProbesBusy,
-            retry_after: None,
+            retry_after_ns: u64::MAX,
         })
     }
 

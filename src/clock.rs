@@ -109,7 +109,7 @@ impl ClockSource {
     /// let c = tailguard::clock::ClockSource::from(tailguard::clock::ManualClock::new());
     /// assert_eq!(c.raw(), 0);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn raw(&self) -> u64 {
         match &self.kind {
             Kind::Precise(c) => c.raw(),
@@ -133,7 +133,7 @@ impl ClockSource {
     /// assert_eq!(c.delta_nanos(a, c.raw()), 3_000_000);
     /// assert_eq!(c.delta_nanos(c.raw(), a), 0);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn delta_nanos(&self, start: u64, end: u64) -> u64 {
         match &self.kind {
             Kind::Precise(c) => c.delta_as_nanos(start, end),
@@ -150,7 +150,7 @@ impl ClockSource {
     /// m.advance(Duration::from_secs(1));
     /// assert_eq!(ClockSource::from(m).now_nanos(), 1_000_000_000);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn now_nanos(&self) -> u64 {
         match &self.kind {
             // The raw origin of quanta's counter is arbitrary; scale it from 0.
@@ -160,7 +160,7 @@ impl ClockSource {
     }
 
     /// A [`raw`](Self::raw) reading in nanoseconds since this source's origin.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn nanos_of(&self, raw: u64) -> u64 {
         match &self.kind {
             Kind::Precise(c) => c.delta_as_nanos(0, raw),
@@ -395,6 +395,9 @@ mod coarse {
     #[derive(Clone)]
     pub struct CoarseClock {
         _upkeep: Arc<Upkeep>,
+        /// Whether the upkeep thread runs (read without going through the
+        /// `Arc`: a read is one load of `NOW`).
+        live: bool,
     }
 
     impl CoarseClock {
@@ -409,7 +412,8 @@ mod coarse {
         pub fn new() -> Self {
             let mut slot = UPKEEP.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(upkeep) = slot.upgrade() {
-                return Self { _upkeep: upkeep };
+                let live = upkeep.thread.is_some();
+                return Self { _upkeep: upkeep, live };
             }
             let clock = shared_quanta();
             NOW.store(clock.delta_as_nanos(0, clock.raw()), Ordering::Release);
@@ -424,9 +428,10 @@ mod coarse {
                     }
                 })
                 .ok();
+            let live = thread.is_some();
             let upkeep = Arc::new(Upkeep { stop, thread });
             *slot = Arc::downgrade(&upkeep);
-            Self { _upkeep: upkeep }
+            Self { _upkeep: upkeep, live }
         }
     }
 
@@ -437,9 +442,9 @@ mod coarse {
     }
 
     impl Clock for CoarseClock {
-        #[inline]
+        #[inline(always)]
         fn now_nanos(&self) -> u64 {
-            if self._upkeep.thread.is_some() {
+            if self.live {
                 NOW.load(Ordering::Relaxed)
             } else {
                 let clock = shared_quanta();

@@ -344,9 +344,11 @@ impl Shards {
     /// non-empty bucket's sketch key and count.
     pub(crate) fn drain(&self, into: &mut Counts, mut sketch: impl FnMut(i32, u64)) {
         let t = self.threshold_index;
-        // Errors first: a record adds to its bucket before its error, so
-        // every error taken here has its call taken below or earlier, and
-        // the running totals never show more errors than calls.
+        // Errors first: a record adds to its bucket before its error, so an
+        // error taken here usually has its call taken below or earlier. Not
+        // always: a record whose bucket word was marked by another record
+        // that has not set the mark yet is read at the next close. Nothing
+        // is lost or counted twice; window judgement caps errors at calls.
         // Loads before swaps: most counters are zero most windows.
         let take = |cell: &AtomicU64| {
             if cell.load(Ordering::Relaxed) == 0 {
