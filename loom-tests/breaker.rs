@@ -41,33 +41,39 @@ fn expired(probes: u32, half_opens: &Arc<AtomicUsize>) -> Breaker {
     b
 }
 
+/// Three callers (two spawned threads and the model's own) race `allow()`
+/// once each at OPEN expiry with `probes` slots; returns how many were
+/// admitted and how many OPEN -> HALF_OPEN transitions happened.
+fn race(probes: u32) -> (usize, usize, Breaker) {
+    let half_opens = Arc::new(AtomicUsize::new(0));
+    let b = expired(probes, &half_opens);
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let try_once = |b: &Breaker, admitted: &AtomicUsize| {
+        if let Ok(p) = b.allow() {
+            admitted.fetch_add(1, Ordering::Relaxed);
+            std::mem::forget(p); // held for the rest of the model
+        }
+    };
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let b = b.clone();
+            let admitted = Arc::clone(&admitted);
+            thread::spawn(move || try_once(&b, &admitted))
+        })
+        .collect();
+    try_once(&b, &admitted);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    (admitted.load(Ordering::Relaxed), half_opens.load(Ordering::Relaxed), b)
+}
+
 /// Threads racing `allow()` at OPEN expiry never exceed the probe limit,
 /// and exactly one of them wins OPEN -> HALF_OPEN.
 #[test]
 fn racing_allow_at_open_expiry_respects_the_probe_limit() {
     model(|| {
-        let half_opens = Arc::new(AtomicUsize::new(0));
-        let b = expired(1, &half_opens);
-        let admitted = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..2)
-            .map(|_| {
-                let b = b.clone();
-                let admitted = Arc::clone(&admitted);
-                thread::spawn(move || {
-                    if let Ok(p) = b.allow() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                        std::mem::forget(p);
-                    }
-                })
-            })
-            .collect();
-        if let Ok(p) = b.allow() {
-            admitted.fetch_add(1, Ordering::Relaxed);
-            std::mem::forget(p);
-        }
-        threads.into_iter().for_each(|t| t.join().unwrap());
-        assert_eq!(admitted.load(Ordering::Relaxed), 1);
-        assert_eq!(half_opens.load(Ordering::Relaxed), 1);
+        let (admitted, half_opens, b) = race(1);
+        assert_eq!(admitted, 1);
+        assert_eq!(half_opens, 1);
         assert_eq!(b.snapshot().probes_in_flight, 1);
     });
 }
@@ -76,28 +82,10 @@ fn racing_allow_at_open_expiry_respects_the_probe_limit() {
 #[test]
 fn two_slots_three_racers() {
     model(|| {
-        let half_opens = Arc::new(AtomicUsize::new(0));
-        let b = expired(2, &half_opens);
-        let admitted = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..2)
-            .map(|_| {
-                let b = b.clone();
-                let admitted = Arc::clone(&admitted);
-                thread::spawn(move || {
-                    if let Ok(p) = b.allow() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                        std::mem::forget(p);
-                    }
-                })
-            })
-            .collect();
-        if let Ok(p) = b.allow() {
-            admitted.fetch_add(1, Ordering::Relaxed);
-            std::mem::forget(p);
-        }
-        threads.into_iter().for_each(|t| t.join().unwrap());
-        assert_eq!(admitted.load(Ordering::Relaxed), 2);
-        assert_eq!(half_opens.load(Ordering::Relaxed), 1);
+        let (admitted, half_opens, b) = race(2);
+        assert_eq!(admitted, 2);
+        assert_eq!(half_opens, 1);
+        assert_eq!(b.snapshot().probes_in_flight, 2);
     });
 }
 

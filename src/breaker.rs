@@ -5,7 +5,7 @@ use crate::clock::ClockSource;
 use crate::config::{BreakerBuilder, CancelPolicy, Config};
 use crate::events::{Events, Listener};
 use crate::shard::{bucket_of, Counts, LocalShard, Shards, INFLIGHT_SLOTS};
-use crate::state::{Decision, Mode, State, StateCell, Word, FAST_PATH_MASK, MAX_LEVEL};
+use crate::state::{Decision, Mode, State, StateCell, Word, FAST_PATH_MASK, MAX_LEVEL, OPEN_NORMAL};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use core::fmt;
 use core::marker::PhantomData;
@@ -1138,7 +1138,30 @@ impl Inner {
         if word.0 & FAST_PATH_MASK == 0 {
             return Ok(self.normal_permit());
         }
+        if word.0 & FAST_PATH_MASK == OPEN_NORMAL {
+            if let Some(rejected) = self.reject_open_fast(word) {
+                return Err(rejected);
+            }
+        }
         self.admit_slow(word)
+    }
+
+    /// OPEN, no override, backoff running and the clock sane: the rejection
+    /// in a few loads and one clock read. Anything else (the deadline not yet
+    /// published, the backoff over, a clock that stepped back) takes the
+    /// slow path.
+    #[inline(always)]
+    fn reject_open_fast(&self, word: Word) -> Option<Rejected> {
+        if self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation()) {
+            return None;
+        }
+        let deadline = self.deadline.load(Ordering::Acquire);
+        let now = self.signed_now(self.clock.raw());
+        let earliest = (deadline as i64 - self.config.max_ns as i64).max(0);
+        (now >= earliest && now < deadline as i64).then(|| Rejected {
+            reason: RejectReason::Open,
+            retry_after_ns: deadline - now as u64,
+        })
     }
 
     #[inline(always)]

@@ -40,6 +40,9 @@ const GEN_MASK: u64 = ((1 << GEN_BITS) - 1) << GEN_SHIFT;
 
 /// Mask of the bits that must be zero for the CLOSED fast path.
 pub(crate) const FAST_PATH_MASK: u64 = STATE_MASK | MODE_MASK;
+/// `word & FAST_PATH_MASK` of an OPEN breaker with no override: the
+/// rejection fast path.
+pub(crate) const OPEN_NORMAL: u64 = 1 << STATE_SHIFT;
 /// Highest backoff level kept; `base × 2^31` exceeds any accepted maximum.
 pub(crate) const MAX_LEVEL: u8 = 31;
 
