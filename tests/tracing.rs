@@ -8,13 +8,16 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
+/// One event's fields, as (name, value) text.
+type Fields = Vec<(String, String)>;
+
 /// A subscriber that keeps every event's fields as text.
 #[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Vec<(String, String)>>>>);
+struct Capture(Arc<Mutex<Vec<Fields>>>);
 
-struct Fields(Vec<(String, String)>);
+struct Visitor(Fields);
 
-impl Visit for Fields {
+impl Visit for Visitor {
     fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
         self.0.push((field.name().to_string(), format!("{value:?}")));
     }
@@ -30,9 +33,9 @@ impl Subscriber for Capture {
     fn record(&self, _: &Id, _: &Record<'_>) {}
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, event: &Event<'_>) {
-        let mut fields = Fields(Vec::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
+        let mut visitor = Visitor(Vec::new());
+        event.record(&mut visitor);
+        self.0.lock().unwrap().push(visitor.0);
     }
     fn enter(&self, _: &Id) {}
     fn exit(&self, _: &Id) {}
@@ -49,7 +52,7 @@ fn each_transition_is_a_structured_event() {
     });
     let events = events.lock().unwrap();
     assert_eq!(events.len(), 2);
-    let get = |e: &Vec<(String, String)>, k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let get = |e: &Fields, k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     assert_eq!(get(&events[0], "consumer").as_deref(), Some("\"pricing\""));
     assert_eq!(get(&events[0], "from").as_deref(), Some("Closed"));
     assert_eq!(get(&events[0], "to").as_deref(), Some("Open"));
