@@ -779,7 +779,8 @@ impl Breaker {
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().shards(2).build().unwrap();
-    /// assert!(b.memory_bytes() < 4096);
+    /// // 2,040 bytes on x86-64; about 3 KB more with the `tracing` feature.
+    /// assert!(b.memory_bytes() < 8 * 1024);
     /// ```
     pub fn memory_bytes(&self) -> usize {
         self.inner.memory_bytes()
