@@ -1302,6 +1302,7 @@ impl Inner {
             return Admit::Retry(seen);
         }
         if self.lease_expired(seen, now) {
+            self.events.deliver();
             return Admit::Retry(self.state.load());
         }
         Admit::Reject(Rejected {
@@ -1312,7 +1313,8 @@ impl Inner {
 
     /// If every probe slot of `word`'s generation has been held past the
     /// lease, re-open (a probe that has not answered within the lease is
-    /// slower than the threshold). Returns whether it did.
+    /// slower than the threshold). Returns whether it did; the event is
+    /// queued, and the caller delivers it once it holds no lock.
     fn lease_expired(&self, word: Word, now: u64) -> bool {
         if word.state() != State::HalfOpen || word.probes() < self.config.probes {
             return false;
@@ -1324,7 +1326,8 @@ impl Inner {
         self.reopen(word.generation(), Reason::ProbeLeaseExpired, now)
     }
 
-    /// HALF_OPEN → OPEN with the next backoff, if still in generation `gen`.
+    /// HALF_OPEN → OPEN with the next backoff, if still in generation `gen`;
+    /// queues the event without delivering it.
     fn reopen(&self, gen: u32, reason: Reason, now: u64) -> bool {
         let (seen, stored, ()) = self.state.update(|w| {
             if w.state() != State::HalfOpen || w.generation() != gen {
@@ -1335,7 +1338,7 @@ impl Inner {
         });
         match stored {
             Some(next) => {
-                self.announce(seen, next, reason, now);
+                self.note(seen, next, reason, now);
                 true
             }
             None => false,
@@ -1572,23 +1575,7 @@ impl Inner {
             }
         }
         // HALF_OPEN with every slot held past the lease.
-        let word = self.state.load();
-        if word.state() == State::HalfOpen && word.probes() >= self.config.probes {
-            let taken = self.probe_taken_at.load(Ordering::Acquire);
-            if now >= taken.saturating_add(self.config.lease_ns) {
-                let (seen, stored, ()) = self.state.update(|w| {
-                    if w != word {
-                        return Decision::Keep(());
-                    }
-                    let level = w.level().saturating_add(1).min(MAX_LEVEL);
-                    Decision::Set(w.transition(State::Open, w.mode()).with_level(level), ())
-                });
-                if let Some(next) = stored {
-                    self.note(seen, next, Reason::ProbeLeaseExpired, now);
-                    noted = true;
-                }
-            }
-        }
+        noted |= self.lease_expired(self.state.load(), now);
 
         if self.flapping.load(Ordering::Relaxed)
             && self.flaps.lock().count(now, self.config.flap_ns) <= self.config.flap_cycles

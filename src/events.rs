@@ -160,9 +160,9 @@ impl Active {
                 _ => false,
             };
             if !ready {
-                // `_reset` clears `delivering` after this guard is dropped;
-                // a push that races in now will find `delivering` set only
-                // until then, so do the final check and clear under one lock.
+                // Check and clear under one lock: a push after this sees
+                // `delivering` clear and delivers itself. (`_reset` is only
+                // for a panicking listener, so it is forgotten here.)
                 q.delivering = false;
                 drop(q);
                 core::mem::forget(_reset);

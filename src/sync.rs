@@ -8,14 +8,12 @@
 //! other crates that also look at `cfg(loom)`.
 
 #[cfg(not(tailguard_loom))]
-#[allow(unused_imports)]
-pub(crate) use portable_atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use portable_atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(tailguard_loom))]
 pub(crate) use std::sync::Arc;
 
 #[cfg(tailguard_loom)]
-#[allow(unused_imports)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(tailguard_loom)]
 pub(crate) use loom::sync::Arc;
 

@@ -268,3 +268,26 @@ fn run(stop: &AtomicBool, max_sleep: Duration) {
         std::thread::park_timeout(sleep);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BREAKERS;
+    use crate::Breaker;
+
+    #[test]
+    fn registration_prunes_dropped_breakers() {
+        let kept: Vec<Breaker> = (0..10).map(|_| Breaker::builder().build().unwrap()).collect();
+        for _ in 0..10_000 {
+            drop(Breaker::builder().build().unwrap());
+        }
+        let len = BREAKERS.lock().len();
+        // Pruned whenever the list reaches a power of two from 64 on: it
+        // never holds more than the live ones plus one doubling.
+        assert!(
+            len <= 2 * 64 + kept.len(),
+            "{len} entries for {} live breakers",
+            kept.len()
+        );
+        assert!(BREAKERS.lock().iter().filter(|w| w.strong_count() > 0).count() >= kept.len());
+    }
+}
