@@ -349,11 +349,15 @@ impl TickState {
 
     /// Sum of the newest `n` windows.
     fn sum(&self, n: usize) -> (u64, u64) {
-        let len = self.ring.len();
-        (1..=n.min(len)).fold((0, 0), |(c, e), back| {
-            let (wc, we) = self.ring[(self.ring_pos + len - back) % len];
-            (c + u64::from(wc), e + u64::from(we))
-        })
+        // The newest `n` are the `n` before `ring_pos`, wrapping: the tail
+        // of `[..ring_pos]`, then, if that is too short, the tail of the rest.
+        let (recent, earlier) = self.ring.split_at(self.ring_pos);
+        let n = n.min(self.ring.len());
+        let from_recent = n.min(recent.len());
+        recent[recent.len() - from_recent..]
+            .iter()
+            .chain(&earlier[earlier.len() - (n - from_recent)..])
+            .fold((0, 0), |(c, e), &(wc, we)| (c + u64::from(wc), e + u64::from(we)))
     }
 }
 
@@ -442,7 +446,7 @@ impl fmt::Debug for Inner {
 /// ```
 #[derive(Clone)]
 pub struct Breaker {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for Breaker {
@@ -521,7 +525,11 @@ impl Breaker {
                 config.threshold_ns,
             ),
             tick: Mutex::new(TickState {
-                window_end: config.window_ns,
+                // Windows end on the clock's grid of whole windows, so that
+                // breakers sharing a clock and a window length close theirs
+                // together (one wake of the ticker for all of them); the
+                // first window is the rest of the grid period it starts in.
+                window_end: config.window_ns - origin % config.window_ns,
                 window_gen: 0,
                 ring,
                 ring_pos: 0,
@@ -1601,12 +1609,13 @@ impl Inner {
             // newest window due; any earlier due windows were empty.
             if i + 1 == run {
                 // The window's histogram: DDSketch keys (γ = 2^(1/8)) and
-                // counts, on the stack.
-                let mut hist = [0u64; crate::shard::BUCKETS];
+                // counts, on the stack, and only if the window has calls.
+                let mut hist: Option<Histogram> = None;
                 self.shards.drain(&mut counts, |key, n| {
-                    hist[(key - crate::shard::KEY_OFFSET) as usize] += n
+                    hist.get_or_insert_with(Histogram::new)
+                        .add((key - crate::shard::KEY_OFFSET) as usize, n)
                 });
-                latency = quantiles(&hist);
+                latency = hist.as_ref().and_then(Histogram::quantiles);
                 if self.config.track_in_flight {
                     in_flight = self.claim_in_flight(now);
                 }
@@ -1753,6 +1762,20 @@ impl Inner {
             + self.name.as_ref().map_or(0, |n| n.len())
     }
 
+    /// For the ticker, shortly before it ticks this breaker: starts loading
+    /// the lines behind its pointers (its own are prefetched by the ticker).
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn prefetch_for_tick(&self) {
+        self.shards.prefetch();
+    }
+
+    /// For the ticker, shortly before it ticks this breaker, once the lines
+    /// of `prefetch_for_tick` are in: starts loading the bucket words in use.
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn prefetch_marked(&self) {
+        self.shards.prefetch_marked();
+    }
+
     /// For the ticker: tick, and say how long until the next window end.
     #[cfg(not(tailguard_loom))]
     pub(crate) fn tick_for_ticker(&self) -> u64 {
@@ -1778,47 +1801,81 @@ enum Admit<'a> {
     Reject(Rejected),
 }
 
-/// The quantiles of a window's histogram (bucket `i` holds latencies with
-/// DDSketch key `ceil(8 · log2 ns) = KEY_OFFSET + i`), by DDSketch's rule:
-/// the bucket holding the sample of rank `floor(q · (n − 1))`, reported at
-/// the bucket's representative `2γ^K / (1 + γ)`, within `α = 4.33%` of every
-/// value in it.
-fn quantiles(hist: &[u64]) -> Option<LatencyQuantiles> {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return None;
+/// One window's latencies, merged from the shards at window close: the
+/// count in each bucket (bucket `i` holds latencies with DDSketch key
+/// `ceil(8 · log2 ns) = KEY_OFFSET + i`), and a bit per bucket in use, so
+/// that reading it costs the buckets in use, not all of them.
+struct Histogram {
+    counts: [u64; crate::shard::BUCKETS],
+    present: [u64; crate::shard::BUCKETS.div_ceil(64)],
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Self {
+            counts: [0; crate::shard::BUCKETS],
+            present: [0; crate::shard::BUCKETS.div_ceil(64)],
+        }
     }
-    // Each bucket's representative, computed once per process.
-    static VALUES: std::sync::OnceLock<[u64; crate::shard::BUCKETS]> = std::sync::OnceLock::new();
-    let values = VALUES.get_or_init(|| {
-        let gamma = 2f64.powf(1.0 / 8.0);
-        core::array::from_fn(|bucket| {
-            let key = crate::shard::KEY_OFFSET + bucket as i32;
-            (2.0 * gamma.powi(key) / (1.0 + gamma)) as u64
+
+    fn add(&mut self, bucket: usize, n: u64) {
+        self.counts[bucket] += n;
+        self.present[bucket / 64] |= 1 << (bucket % 64);
+    }
+
+    /// The buckets in use and their counts, in increasing order.
+    fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.present.iter().enumerate().flat_map(move |(i, &word)| {
+            let mut bits = word;
+            core::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let bucket = i * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    (bucket, self.counts[bucket])
+                })
+            })
         })
-    });
-    let value = |bucket: usize| Duration::from_nanos(values[bucket]);
-    // One pass for the four ranks, which are in increasing order.
-    let ranks = [0.5, 0.9, 0.99, 0.999].map(|q: f64| (q * (total - 1) as f64) as u64);
-    let mut out = [Duration::ZERO; 4];
-    let mut next = 0;
-    let mut seen = 0;
-    for (bucket, &n) in hist.iter().enumerate() {
-        seen += n;
-        while next < 4 && seen > ranks[next] {
-            out[next] = value(bucket);
-            next += 1;
-        }
-        if next == 4 {
-            break;
-        }
     }
-    Some(LatencyQuantiles {
-        p50: out[0],
-        p90: out[1],
-        p99: out[2],
-        p999: out[3],
-    })
+
+    /// The quantiles, by DDSketch's rule: the bucket holding the sample of
+    /// rank `floor(q · (n − 1))`, reported at the bucket's representative
+    /// `2γ^K / (1 + γ)`, within `α = 4.33%` of every value in it.
+    fn quantiles(&self) -> Option<LatencyQuantiles> {
+        let total: u64 = self.iter().map(|(_, n)| n).sum();
+        if total == 0 {
+            return None;
+        }
+        // Each bucket's representative, computed once per process.
+        static VALUES: std::sync::OnceLock<[u64; crate::shard::BUCKETS]> = std::sync::OnceLock::new();
+        let values = VALUES.get_or_init(|| {
+            let gamma = 2f64.powf(1.0 / 8.0);
+            core::array::from_fn(|bucket| {
+                let key = crate::shard::KEY_OFFSET + bucket as i32;
+                (2.0 * gamma.powi(key) / (1.0 + gamma)) as u64
+            })
+        });
+        // One pass for the four ranks, which are in increasing order.
+        let ranks = [0.5, 0.9, 0.99, 0.999].map(|q: f64| (q * (total - 1) as f64) as u64);
+        let mut out = [Duration::ZERO; 4];
+        let mut next = 0;
+        let mut seen = 0;
+        for (bucket, n) in self.iter() {
+            seen += n;
+            while next < 4 && seen > ranks[next] {
+                out[next] = Duration::from_nanos(values[bucket]);
+                next += 1;
+            }
+            if next == 4 {
+                break;
+            }
+        }
+        Some(LatencyQuantiles {
+            p50: out[0],
+            p90: out[1],
+            p99: out[2],
+            p999: out[3],
+        })
+    }
 }
 
 /// One step of SplitMix64: a cheap, well-mixed random number for jitter.
@@ -1827,4 +1884,34 @@ fn splitmix(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TickState, Totals, WindowStats};
+
+    #[test]
+    fn ring_sum_takes_the_newest_windows_across_the_wrap() {
+        for len in 1..=5usize {
+            let mut ts = TickState {
+                window_end: 0,
+                window_gen: 0,
+                ring: vec![(0, 0); len].into_boxed_slice(),
+                ring_pos: 0,
+                high: 0,
+                last: WindowStats::default(),
+                totals: Totals::default(),
+            };
+            let mut pushed: Vec<(u64, u64)> = Vec::new();
+            for i in 1..=12u64 {
+                ts.push(i, i * 100);
+                pushed.push((i, i * 100));
+                for n in 0..=len + 1 {
+                    let newest = &pushed[pushed.len().saturating_sub(n.min(len))..];
+                    let expected = newest.iter().fold((0, 0), |(c, e), &(wc, we)| (c + wc, e + we));
+                    assert_eq!(ts.sum(n), expected, "len {len}, after {i} pushes, newest {n}");
+                }
+            }
+        }
+    }
 }

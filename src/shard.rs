@@ -340,8 +340,32 @@ impl Shards {
         &self.shared
     }
 
+    /// Starts loading the lines a drain reads first: each shared shard's
+    /// counters and marks.
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn prefetch(&self) {
+        for s in self.shared.iter() {
+            crate::sync::prefetch((&s.touched as *const AtomicU64).cast(), 1);
+            crate::sync::prefetch((&s.errors as *const AtomicU64).cast(), 1);
+        }
+    }
+
+    /// Starts loading the bucket words the shared shards mark as in use.
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn prefetch_marked(&self) {
+        for s in self.shared.iter() {
+            let mut words = s.touched.load(Ordering::Relaxed) & ((1 << WORDS) - 1);
+            while words != 0 {
+                let w = words.trailing_zeros() as usize;
+                words &= words - 1;
+                crate::sync::prefetch((&s.buckets[w] as *const AtomicU64).cast(), 1);
+            }
+        }
+    }
+
     /// Takes everything recorded since the last drain; `sketch` gets each
-    /// non-empty bucket's sketch key and count.
+    /// non-empty bucket's sketch key and count, in no set order, and a
+    /// bucket more than once when some of it overflowed into a carry.
     pub(crate) fn drain(&self, into: &mut Counts, mut sketch: impl FnMut(i32, u64)) {
         let t = self.threshold_index;
         // Errors first: a record adds to its bucket before its error, so an
@@ -365,55 +389,6 @@ impl Shards {
             into.errors += delta(&s.errors, &s.seen[BUCKETS]);
             into.cancelled += delta(&s.cancelled, &s.seen[BUCKETS + 1]);
         }
-        // Which words to visit: those touched in any shared shard (the
-        // marks are taken before the words, so a word marked after this is
-        // visited next time), and every word if there are local shards.
-        let mut marks = [0u64; 64];
-        let mut visit = 0u64;
-        for (i, s) in self.shared.iter().enumerate() {
-            let m = s.touched.swap(0, Ordering::AcqRel);
-            if i < marks.len() {
-                marks[i] = m;
-            } else {
-                marks[marks.len() - 1] |= m;
-            }
-            visit |= m;
-        }
-        if !self.local.is_empty() {
-            visit = u64::MAX;
-        }
-        let mut carried = [(0usize, 0u64); CARRIES];
-        let mut n_carried = 0;
-        for (i, s) in self.shared.iter().enumerate() {
-            if marks[i.min(marks.len() - 1)] & (1 << CARRIED) == 0 {
-                continue;
-            }
-            for carry in &s.carries {
-                if carry.load(Ordering::Relaxed) != 0 {
-                    let v = carry.swap(0, Ordering::AcqRel);
-                    if v != 0 {
-                        let bucket = (v >> TAG_SHIFT) as usize - 1;
-                        // Merge into this drain's list, or count it right away.
-                        if let Some(e) = carried[..n_carried].iter_mut().find(|e| e.0 == bucket) {
-                            e.1 += v & COUNT_MASK;
-                        } else if n_carried < CARRIES {
-                            carried[n_carried] = (bucket, v & COUNT_MASK);
-                            n_carried += 1;
-                        } else {
-                            let c = v & COUNT_MASK;
-                            into.calls += c;
-                            if is_slow_bucket(bucket, t) {
-                                into.slow += c;
-                            }
-                            sketch(sketch_key(bucket, t), c);
-                        }
-                    }
-                }
-            }
-        }
-        for &(bucket, _) in &carried[..n_carried] {
-            visit |= 1 << (bucket / LANES);
-        }
         let mut add = |bucket: usize, n: u64, into: &mut Counts| {
             if n != 0 {
                 into.calls += n;
@@ -423,22 +398,37 @@ impl Shards {
                 sketch(sketch_key(bucket, t), n);
             }
         };
-        for w in 0..WORDS {
-            if visit & (1 << w) == 0 {
+        // Which words to visit: those touched in any shared shard (the
+        // marks are taken before the words, so a word marked after this is
+        // visited next time), and every word if there are local shards. A
+        // shard's carries are read only when it marked them in use.
+        let mut visit = 0u64;
+        for s in self.shared.iter() {
+            let m = take(&s.touched);
+            visit |= m;
+            if m & (1 << CARRIED) == 0 {
                 continue;
             }
-            let mut merged = [0u64; LANES];
-            for s in self.shared.iter() {
-                let cell = &s.buckets[w];
-                if cell.load(Ordering::Relaxed) != 0 {
-                    let v = cell.swap(0, Ordering::AcqRel);
-                    for (lane, m) in merged.iter_mut().enumerate() {
-                        *m += (v >> (16 * lane)) & LANE_MASK;
-                    }
+            for carry in &s.carries {
+                let v = take(carry);
+                if v != 0 {
+                    add((v >> TAG_SHIFT) as usize - 1, v & COUNT_MASK, into);
                 }
             }
-            if merged == [0; LANES] && self.local.is_empty() && n_carried == 0 {
-                continue;
+        }
+        if !self.local.is_empty() {
+            visit = u64::MAX;
+        }
+        let mut words = visit & ((1 << WORDS) - 1);
+        while words != 0 {
+            let w = words.trailing_zeros() as usize;
+            words &= words - 1;
+            let mut merged = [0u64; LANES];
+            for s in self.shared.iter() {
+                let v = take(&s.buckets[w]);
+                for (lane, m) in merged.iter_mut().enumerate() {
+                    *m += (v >> (16 * lane)) & LANE_MASK;
+                }
             }
             for (lane, m) in merged.iter_mut().enumerate() {
                 let bucket = w * LANES + lane;
@@ -448,11 +438,6 @@ impl Shards {
                 for s in self.local.iter() {
                     *m += delta(&s.buckets[bucket], &s.seen[bucket]);
                 }
-                *m += carried[..n_carried]
-                    .iter()
-                    .filter(|e| e.0 == bucket)
-                    .map(|e| e.1)
-                    .sum::<u64>();
                 add(bucket, *m, into);
             }
         }

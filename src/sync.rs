@@ -74,3 +74,30 @@ impl<T> UnsafeCell<T> {
 
 #[cfg(tailguard_loom)]
 pub(crate) use loom::cell::UnsafeCell;
+
+/// Hints the processor to start loading the `len` bytes from `p` into the
+/// cache, one line at a time, and returns at once. A no-op where there is
+/// no prefetch instruction to use (and under loom and Miri).
+///
+/// This and the dead-letter queue's ring are the crate's only `unsafe`.
+#[inline(always)]
+#[cfg_attr(
+    not(all(target_arch = "x86_64", not(miri), not(tailguard_loom))),
+    allow(unused_variables)
+)]
+pub(crate) fn prefetch(p: *const u8, len: usize) {
+    #[cfg(all(target_arch = "x86_64", not(miri), not(tailguard_loom)))]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut offset = 0;
+        while offset < len {
+            // SAFETY: `_mm_prefetch` is unsafe to call only because it is a
+            // `target_feature(enable = "sse")` function, and SSE is part of
+            // every x86_64 target. The instruction is a hint: it never
+            // faults and reads nothing into the program, so any address,
+            // even a dangling or unmapped one, is allowed.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(offset).cast()) };
+            offset += 64;
+        }
+    }
+}

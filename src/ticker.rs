@@ -45,24 +45,33 @@ pub(crate) fn register(inner: &Arc<Inner>) {
     }
 }
 
-/// Shortest sleep between two passes: windows close up to this late, and a
-/// thousand breakers with windows of different phases cost 200 wakes a
-/// second, not a thousand.
+/// The ticker's time grain: a breaker is ticked up to this long after it is
+/// due, so that breakers due close together are ticked in one wake.
 const MIN_SLEEP: Duration = Duration::from_millis(5);
 
 /// Starts (or joins) the process's ticker thread.
 ///
 /// The thread, named `tailguard-ticker`, keeps each live breaker's next due
-/// time (its next window end, or the end of its backoff) and wakes when the
-/// earliest is due (at most `max_sleep` apart, 50 ms by default), calling
-/// [`Breaker::tick`](crate::Breaker::tick) only on the breakers that are due:
-/// a breaker costs the thread one window close per window, and nothing in
-/// between. (A backoff or probe lease that starts between two of its passes
-/// is acted on by the first caller of `allow` at once, and by the ticker at
-/// the breaker's next window end at the latest.) It runs while at
-/// least one [`Ticker`] handle lives; the last handle to drop stops and joins
-/// it. Breakers hold no reference to it and it holds only weak references to
-/// them.
+/// time (its next window end, or the end of its backoff) in 5 ms slots and
+/// wakes when the earliest slot is due (at most `max_sleep` apart, 1 s by
+/// default), calling [`Breaker::tick`](crate::Breaker::tick) only on the
+/// breakers that are due: a breaker costs the thread one window close per
+/// window, and nothing in between. (A backoff or probe lease that starts
+/// between two of its passes is acted on by the first caller of `allow` at
+/// once, and by the ticker at the breaker's next window end at the latest.)
+///
+/// Windows end on a grid of whole windows of the breaker's clock, so the
+/// breakers that share a clock and a window length (the default ones, say)
+/// are all due at once, and the thread wakes once per window for all of
+/// them: a wake costs far more than a window close, tens of microseconds on
+/// a virtual machine. It ticks such a batch with the memory of the breakers
+/// ahead already loading, and on the machine the crate is measured on it
+/// takes under 1% of one core for 10,000 breakers with 1 s windows (see
+/// `examples/scale.rs`).
+///
+/// It runs while at least one [`Ticker`] handle lives; the last handle to
+/// drop stops and joins it. Breakers hold no reference to it and it holds
+/// only weak references to them.
 ///
 /// ```
 /// use std::time::Duration;
@@ -82,7 +91,7 @@ pub struct Ticker {
 }
 
 impl Ticker {
-    /// Starts the ticker with the default maximum sleep (50 ms).
+    /// Starts the ticker with the default maximum sleep (1 s).
     ///
     /// # Errors
     /// The operating system refused to spawn the thread.
@@ -93,7 +102,7 @@ impl Ticker {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn start() -> std::io::Result<Ticker> {
-        Self::with_max_sleep(Duration::from_millis(50))
+        Self::with_max_sleep(Duration::from_secs(1))
     }
 
     /// Starts the ticker, sleeping at most `max_sleep` between passes (at
@@ -158,8 +167,7 @@ impl Ticker {
     /// # drop(b);
     /// ```
     pub fn pass() -> usize {
-        let mut live = Vec::new();
-        pass(&mut live).1
+        pass()
     }
 }
 
@@ -187,92 +195,234 @@ impl Drop for Ticker {
 }
 
 /// One pass: tick every live breaker (outside the registry lock, so a
-/// listener may build breakers). Returns the time until the earliest next
-/// due window and the number of breakers ticked.
-fn pass(live: &mut Vec<Arc<Inner>>) -> (u64, usize) {
-    {
-        let mut list = BREAKERS.lock();
-        list.retain(|w| match w.upgrade() {
-            Some(inner) => {
-                live.push(inner);
-                true
+/// listener may build breakers). Returns the number of breakers ticked.
+fn pass() -> usize {
+    let mut batch: Vec<Weak<Inner>> = BREAKERS.lock().clone();
+    let mut ticked = 0;
+    tick_batch(&mut batch, |_, _| ticked += 1);
+    BREAKERS.lock().retain(|w| w.strong_count() > 0);
+    ticked
+}
+
+/// How far ahead of the breaker being ticked [`tick_batch`] starts loading
+/// the memory of the ones after it: its own lines `AHEAD` places on, its
+/// shards' lines `NEAR` places on.
+const AHEAD: usize = 12;
+const MID: usize = 8;
+const NEAR: usize = 4;
+
+/// Ticks every live breaker in `batch`, emptying it, and hands each one
+/// ticked (its weak reference back) to `done` with the nanoseconds until it
+/// is next due. A dropped breaker is left out.
+///
+/// A window close is a few hundred nanoseconds of work on a dozen cache
+/// lines that a second of other work has evicted; taken one breaker after
+/// the other, each miss would stall the thread in turn. So the loads are
+/// started ahead, in three steps, each needing what the one before loaded:
+/// the breaker `AHEAD` places on has its own lines prefetched; the one
+/// `MID` places on is upgraded and has its shards' first lines prefetched;
+/// the one `NEAR` places on has the bucket words its shards mark as used
+/// prefetched. The misses of several breakers overlap.
+fn tick_batch(batch: &mut Vec<Weak<Inner>>, mut done: impl FnMut(Weak<Inner>, u64)) {
+    let upgrade = |w: &Weak<Inner>| {
+        let strong = w.upgrade();
+        if let Some(inner) = &strong {
+            inner.prefetch_for_tick();
+        }
+        strong
+    };
+    for w in batch.iter().take(AHEAD) {
+        prefetch_weak(w);
+    }
+    // `ready[i % MID]` holds breaker `i`, upgraded `MID` steps before it is
+    // ticked.
+    let mut ready: [Option<Arc<Inner>>; MID] = Default::default();
+    for (i, (slot, w)) in ready.iter_mut().zip(batch.iter()).enumerate() {
+        *slot = upgrade(w);
+        if i < NEAR {
+            if let Some(inner) = slot {
+                inner.prefetch_marked();
             }
-            None => false,
-        });
+        }
     }
-    let n = live.len();
-    let mut soonest = u64::MAX;
-    for inner in live.drain(..) {
-        soonest = soonest.min(inner.tick_for_ticker());
+    for i in 0..batch.len() {
+        let current = ready[i % MID].take();
+        if let Some(w) = batch.get(i + AHEAD) {
+            prefetch_weak(w);
+        }
+        if let Some(w) = batch.get(i + MID) {
+            ready[i % MID] = upgrade(w);
+        }
+        if let Some(inner) = &ready[(i + NEAR) % MID] {
+            inner.prefetch_marked();
+        }
+        if let Some(inner) = current {
+            let until = inner.tick_for_ticker();
+            drop(inner);
+            done(core::mem::replace(&mut batch[i], Weak::new()), until);
+        }
     }
-    (soonest, n)
+    batch.clear();
 }
 
-/// A breaker in the ticker's schedule, ordered by when it is next due.
-struct Due {
-    at: std::time::Instant,
-    seq: u64,
-    breaker: Weak<Inner>,
+/// Starts loading a breaker's own cache lines. Its allocation outlives the
+/// breaker while a weak reference exists, and a prefetch reads nothing into
+/// the program, so a dropped breaker is harmless here.
+#[inline]
+fn prefetch_weak(w: &Weak<Inner>) {
+    crate::sync::prefetch(w.as_ptr().cast(), core::mem::size_of::<Inner>());
 }
 
-impl PartialEq for Due {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
+/// Nanosecond slots of the ticker's schedule: a breaker due at `t` is
+/// ticked at the first slot boundary at or after `t`, so no later than
+/// `MIN_SLEEP` after it is due (plus the time the pass takes), and breakers
+/// due within one slot are ticked as one batch.
+const SLOT_NS: u64 = MIN_SLEEP.as_nanos() as u64;
+
+/// The ticker's schedule: the breakers due in each slot (a calendar queue).
+/// Rescheduling a breaker is a push onto its slot's vector; a wake takes the
+/// due slots whole. Emptied vectors are kept for reuse (up to 64), so a steady
+/// schedule allocates nothing.
+struct Schedule {
+    slots: std::collections::BTreeMap<u64, Vec<Weak<Inner>>>,
+    spare: Vec<Vec<Weak<Inner>>>,
 }
-impl Eq for Due {}
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
-        Some(self.cmp(other))
+
+impl Schedule {
+    fn insert(&mut self, breaker: Weak<Inner>, due_ns: u64) {
+        let slot = due_ns.div_ceil(SLOT_NS);
+        let spare = &mut self.spare;
+        self.slots
+            .entry(slot)
+            .or_insert_with(|| spare.pop().unwrap_or_default())
+            .push(breaker);
     }
-}
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
-        // Reversed: `BinaryHeap` is a max-heap, the earliest must come first.
-        (other.at, other.seq).cmp(&(self.at, self.seq))
+
+    /// The breakers of the earliest slot if it is due at `now_ns`.
+    fn take_due(&mut self, now_ns: u64) -> Option<Vec<Weak<Inner>>> {
+        let entry = self.slots.first_entry()?;
+        (entry.key().saturating_mul(SLOT_NS) <= now_ns).then(|| entry.remove())
+    }
+
+    /// When the earliest slot is due, if any.
+    fn next_ns(&self) -> Option<u64> {
+        self.slots.keys().next().map(|slot| slot.saturating_mul(SLOT_NS))
     }
 }
 
 fn run(stop: &AtomicBool, max_sleep: Duration) {
-    use std::collections::BinaryHeap;
     use std::time::Instant;
-    let mut seq = 0u64;
-    let mut due = |breaker: Weak<Inner>, at: Instant| {
-        seq += 1;
-        Due { at, seq, breaker }
+    let origin = Instant::now();
+    let now_ns = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut schedule = Schedule {
+        slots: std::collections::BTreeMap::new(),
+        spare: Vec::new(),
     };
-    // Each live breaker with the (real) time at which it is next due: a
-    // wake costs O(log n) per breaker due, nothing for the others.
-    let mut schedule: BinaryHeap<Due> = {
-        let now = Instant::now();
-        BREAKERS.lock().iter().map(|w| due(w.clone(), now)).collect()
-    };
+    for w in BREAKERS.lock().iter() {
+        schedule.insert(w.clone(), 0);
+    }
     PENDING.lock().clear(); // registered before the snapshot: already in it
+                            // The breakers of the batch being ticked, with the time until each is
+                            // next due; kept from wake to wake for its capacity.
+    let mut ticked: Vec<(Weak<Inner>, u64)> = Vec::new();
     while !stop.load(Ordering::Acquire) {
-        let now = Instant::now();
+        let now = now_ns();
         for w in PENDING.lock().drain(..) {
-            schedule.push(due(w, now));
+            schedule.insert(w, now);
         }
-        while schedule.peek().is_some_and(|d| d.at <= now) {
-            let Some(entry) = schedule.pop() else { break };
-            // A dropped breaker leaves the schedule here.
-            if let Some(inner) = entry.breaker.upgrade() {
-                let until = Duration::from_nanos(inner.tick_for_ticker());
-                schedule.push(due(entry.breaker, now + until.max(MIN_SLEEP)));
+        while let Some(mut batch) = schedule.take_due(now) {
+            // A dropped breaker leaves the schedule here: it is not handed back.
+            tick_batch(&mut batch, |w, until| ticked.push((w, until)));
+            if schedule.spare.len() < 64 {
+                schedule.spare.push(batch);
+            }
+            // Due times count from the end of the batch: counted from its
+            // start, a breaker ticked late in a long batch would come back
+            // before it is due and be ticked twice.
+            let end = now_ns();
+            for (w, until) in ticked.drain(..) {
+                schedule.insert(w, end.saturating_add(until.max(SLOT_NS)));
             }
         }
-        let next = schedule.peek().map_or(now + max_sleep, |d| d.at);
-        let sleep = next
-            .saturating_duration_since(Instant::now())
-            .clamp(MIN_SLEEP, max_sleep);
+        let sleep = schedule.next_ns().map_or(max_sleep, |at| {
+            Duration::from_nanos(at.saturating_sub(now_ns())).clamp(Duration::from_millis(1), max_sleep)
+        });
         std::thread::park_timeout(sleep);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::BREAKERS;
+    use super::{tick_batch, Schedule, BREAKERS, SLOT_NS};
+    use crate::clock::ManualClock;
     use crate::Breaker;
+    use std::sync::{Arc, Weak};
+    use std::time::Duration;
+
+    #[test]
+    fn a_batch_ticks_each_live_breaker_once_and_leaves_out_dropped_ones() {
+        // Lengths around the prefetch distances (4, 8, 12).
+        for len in [0usize, 1, 3, 4, 5, 7, 8, 9, 11, 12, 13, 40] {
+            let clock = ManualClock::new();
+            let mut breakers: Vec<Option<Breaker>> = (0..len)
+                .map(|_| Some(Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap()))
+                .collect();
+            let mut batch: Vec<_> = breakers
+                .iter()
+                .map(|b| Arc::downgrade(&b.as_ref().unwrap().inner))
+                .collect();
+            for (i, b) in breakers.iter_mut().enumerate() {
+                if i % 3 == 1 {
+                    *b = None;
+                } else {
+                    b.as_ref().unwrap().allow().unwrap().record(true);
+                }
+            }
+            clock.advance(Duration::from_millis(1500));
+            let mut handed_back = Vec::new();
+            tick_batch(&mut batch, |w, until| handed_back.push((w, until)));
+            assert!(batch.is_empty());
+            let live: Vec<&Breaker> = breakers.iter().flatten().collect();
+            assert_eq!(handed_back.len(), live.len(), "batch of {len}");
+            for (b, (w, until)) in live.iter().zip(&handed_back) {
+                assert!(Weak::ptr_eq(w, &Arc::downgrade(&b.inner)), "in order, batch of {len}");
+                assert_eq!(*until, 500_000_000, "due at the next window end");
+                let window = b.snapshot().window;
+                assert_eq!((window.calls, window.closed_at), (1, Duration::from_secs(1)));
+            }
+        }
+    }
+
+    #[test]
+    fn the_schedule_hands_out_slots_in_order_and_never_early() {
+        let mut schedule = Schedule {
+            slots: Default::default(),
+            spare: Vec::new(),
+        };
+        let b: Vec<Breaker> = (0..4)
+            .map(|_| Breaker::builder().ticker(false).build().unwrap())
+            .collect();
+        let w = |i: usize| Arc::downgrade(&b[i].inner);
+        schedule.insert(w(0), 3 * SLOT_NS + 1); // slot 4
+        schedule.insert(w(1), SLOT_NS); // slot 1
+        schedule.insert(w(2), 4 * SLOT_NS); // slot 4
+        schedule.insert(w(3), SLOT_NS - 1); // slot 1
+        assert_eq!(schedule.next_ns(), Some(SLOT_NS));
+        assert!(schedule.take_due(SLOT_NS - 1).is_none(), "not before its slot");
+        let first = schedule.take_due(SLOT_NS).unwrap();
+        assert_eq!(first.len(), 2);
+        assert!(Weak::ptr_eq(&first[0], &w(1)) && Weak::ptr_eq(&first[1], &w(3)));
+        assert!(schedule.take_due(4 * SLOT_NS - 1).is_none());
+        let second = schedule.take_due(10 * SLOT_NS).unwrap();
+        assert!(Weak::ptr_eq(&second[0], &w(0)) && Weak::ptr_eq(&second[1], &w(2)));
+        assert!(schedule.take_due(u64::MAX).is_none());
+        assert_eq!(schedule.next_ns(), None);
+        // The far end of time does not overflow.
+        schedule.insert(w(0), u64::MAX);
+        assert_eq!(schedule.next_ns(), Some(u64::MAX));
+        assert!(schedule.take_due(u64::MAX - 1).is_none());
+        assert_eq!(schedule.take_due(u64::MAX).map(|v| v.len()), Some(1));
+    }
 
     #[test]
     fn registration_prunes_dropped_breakers() {

@@ -251,6 +251,46 @@ fn extreme_but_valid_values_never_panic() {
 // ------------------------------------------------------------ tripping
 
 #[test]
+fn windows_end_on_the_clocks_grid_whatever_the_start() {
+    let clock = ManualClock::new();
+    clock.advance(300 * MS);
+    let early = builder(&clock).build().unwrap();
+    clock.advance(450 * MS); // 750 ms on the clock
+    let late = builder(&clock).build().unwrap();
+    traffic(&early, 10, 0, 0);
+    traffic(&late, 10, 0, 0);
+    // Both first windows end at 1 s on the clock: 700 ms and 250 ms after
+    // each breaker's start.
+    clock.advance(249 * MS);
+    early.tick();
+    late.tick();
+    assert_eq!(early.snapshot().window.calls, 0, "not closed before the grid point");
+    assert_eq!(late.snapshot().window.calls, 0);
+    clock.advance(MS);
+    early.tick();
+    late.tick();
+    let (e, l) = (early.snapshot().window, late.snapshot().window);
+    assert_eq!((e.calls, e.closed_at), (10, 700 * MS));
+    assert_eq!((l.calls, l.closed_at), (10, 250 * MS));
+    // From then on, whole windows, closing together.
+    traffic(&early, 4, 0, 0);
+    traffic(&late, 6, 0, 0);
+    clock.advance(SEC);
+    early.tick();
+    late.tick();
+    let (e, l) = (early.snapshot().window, late.snapshot().window);
+    assert_eq!((e.calls, e.closed_at), (4, 1700 * MS));
+    assert_eq!((l.calls, l.closed_at), (6, 1250 * MS));
+    // A breaker whose window does not divide evenly keeps its own grid.
+    let odd = builder(&clock).window(700 * MS).build().unwrap(); // 2 s on the clock
+    traffic(&odd, 3, 0, 0);
+    clock.advance(100 * MS); // 2.1 s = 3 × 700 ms
+    odd.tick();
+    assert_eq!(odd.snapshot().window.calls, 3);
+    assert_eq!(odd.snapshot().window.closed_at, 100 * MS);
+}
+
+#[test]
 fn latency_trips_after_three_consecutive_breach_windows() {
     let clock = ManualClock::new();
     let b = builder(&clock).build().unwrap();
