@@ -211,10 +211,28 @@ impl BreakerBuilder {
 
     /// Length of one measurement window (default 1 s). Accepted: 1 ms to 1 h.
     ///
+    /// Windows end at whole multiples of the length on the breaker's clock,
+    /// so that every breaker with the same clock and window length closes
+    /// its windows at the same instants (the [`Ticker`](crate::Ticker) then
+    /// wakes once per window for all of them). The first window is the rest
+    /// of the period the breaker is built in, so it can be shorter than the
+    /// others.
+    ///
     /// ```
     /// # use std::time::Duration;
-    /// let err = tailguard::Breaker::builder().window(Duration::ZERO).build().unwrap_err();
+    /// use tailguard::{clock::ManualClock, Breaker};
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_millis(300));
+    /// let b = Breaker::builder().clock(clock.clone()).window(Duration::from_secs(1)).build()?;
+    /// b.allow()?.record(true);
+    /// clock.advance(Duration::from_millis(700)); // 1 s on the clock
+    /// b.tick();
+    /// assert_eq!(b.snapshot().window.closed_at, Duration::from_millis(700));
+    ///
+    /// let err = Breaker::builder().window(Duration::ZERO).build().unwrap_err();
     /// assert_eq!(err.field(), "window");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
