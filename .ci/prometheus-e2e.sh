@@ -114,13 +114,19 @@ tests:
           - exp_labels: {severity: info, consumer: search, instance: a, job: t, mode: metrics_only}
   - interval: 1m
     input_series:
-      # 10 calls/s, 10% slow, never leaves CLOSED.
+      # 10 calls/s, 10% slow against a 1% limit, never leaves CLOSED.
       - series: 'breaker_calls_total{consumer="pricing",instance="a",job="t"}'
         values: '0+600x20'
       - series: 'breaker_slow_calls_total{consumer="pricing",instance="a",job="t"}'
         values: '0+60x20'
       - series: 'breaker_state{consumer="pricing",instance="a",job="t"}'
         values: '0x20'
+      - series: 'breaker_slow_ratio_limit{consumer="pricing",instance="a",job="t"}'
+        values: '0.01x20'
+      - series: 'breaker_window_seconds{consumer="pricing",instance="a",job="t"}'
+        values: '1x20'
+      - series: 'breaker_min_calls{consumer="pricing",instance="a",job="t"}'
+        values: '5x20'
       # The same traffic, but it trips.
       - series: 'breaker_calls_total{consumer="search",instance="a",job="t"}'
         values: '0+600x20'
@@ -128,6 +134,47 @@ tests:
         values: '0+60x20'
       - series: 'breaker_state{consumer="search",instance="a",job="t"}'
         values: '0 0 0 1 0 0 0 1 0 0 0 1 0 0 0 1 0 0 0 1'
+      - series: 'breaker_slow_ratio_limit{consumer="search",instance="a",job="t"}'
+        values: '0.01x20'
+      - series: 'breaker_window_seconds{consumer="search",instance="a",job="t"}'
+        values: '1x20'
+      - series: 'breaker_min_calls{consumer="search",instance="a",job="t"}'
+        values: '5x20'
+      # 10% slow within its own P80 rule (limit 20%): as configured.
+      - series: 'breaker_calls_total{consumer="lenient",instance="a",job="t"}'
+        values: '0+600x20'
+      - series: 'breaker_slow_calls_total{consumer="lenient",instance="a",job="t"}'
+        values: '0+60x20'
+      - series: 'breaker_state{consumer="lenient",instance="a",job="t"}'
+        values: '0x20'
+      - series: 'breaker_slow_ratio_limit{consumer="lenient",instance="a",job="t"}'
+        values: '0.2x20'
+      - series: 'breaker_window_seconds{consumer="lenient",instance="a",job="t"}'
+        values: '1x20'
+      - series: 'breaker_min_calls{consumer="lenient",instance="a",job="t"}'
+        values: '5x20'
+      # Slow, but 10 calls per window never reach its min_calls of 50.
+      - series: 'breaker_calls_total{consumer="sparse",instance="a",job="t"}'
+        values: '0+600x20'
+      - series: 'breaker_slow_calls_total{consumer="sparse",instance="a",job="t"}'
+        values: '0+60x20'
+      - series: 'breaker_state{consumer="sparse",instance="a",job="t"}'
+        values: '0x20'
+      - series: 'breaker_slow_ratio_limit{consumer="sparse",instance="a",job="t"}'
+        values: '0.01x20'
+      - series: 'breaker_window_seconds{consumer="sparse",instance="a",job="t"}'
+        values: '1x20'
+      - series: 'breaker_min_calls{consumer="sparse",instance="a",job="t"}'
+        values: '50x20'
+      # Items handed back: refused from 5m on (pricing); none (ledger).
+      - series: 'breaker_fallback_handed_back_total{consumer="pricing",class="idle",instance="a",job="t"}'
+        values: '0x5 3 9 9 9 9 9 9 9 9 9 9 9 9 9 9'
+      - series: 'breaker_fallback_displaced_total{consumer="pricing",class="idle",instance="a",job="t"}'
+        values: '0x20'
+      - series: 'breaker_fallback_handed_back_total{consumer="ledger",class="idle",instance="a",job="t"}'
+        values: '0x20'
+      - series: 'breaker_fallback_displaced_total{consumer="ledger",class="idle",instance="a",job="t"}'
+        values: '0x20'
       # Closed, queue stuck at 100; and one draining.
       - series: 'breaker_fallback_depth{consumer="pricing",instance="a",job="t"}'
         values: '100x20'
@@ -146,6 +193,14 @@ tests:
         alertname: TailguardFallbackNotDraining
         exp_alerts:
           - exp_labels: {severity: warning, consumer: pricing, instance: a, job: t}
+      - eval_time: 4m
+        alertname: TailguardFallbackHandingBack
+      - eval_time: 8m
+        alertname: TailguardFallbackHandingBack
+        exp_alerts:
+          - exp_labels: {severity: warning, consumer: pricing, instance: a, job: t}
+      - eval_time: 19m
+        alertname: TailguardFallbackHandingBack
 YAML
 promtool test rules "$work/alerts_test.yml"
 

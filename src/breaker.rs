@@ -282,6 +282,46 @@ pub struct Snapshot {
     pub totals: Totals,
     /// Whether the breaker is flapping (see [`BreakerBuilder::flapping`]).
     pub flapping: bool,
+    /// The settings windows are judged by, to read the counts against.
+    pub limits: Limits,
+}
+
+/// The settings a breaker judges its windows by, as built (spans rounded to
+/// whole windows, as the breaker uses them): part of every [`Snapshot`], so
+/// that whoever reads the counts (a dashboard, an alert) can tell whether a
+/// window breached without knowing the configuration.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let b = tailguard::Breaker::builder().min_calls(50).build()?;
+/// let limits = b.snapshot().limits;
+/// assert_eq!(limits.latency_threshold, Duration::from_millis(50));
+/// assert_eq!(limits.min_calls, 50);
+/// assert!((limits.slow_fraction - 0.01).abs() < 1e-12); // the P99 rule
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Length of a window ([`BreakerBuilder::window`]).
+    pub window: Duration,
+    /// A call slower than this is slow ([`BreakerBuilder::latency_threshold`]).
+    pub latency_threshold: Duration,
+    /// A window breaches when more than this fraction of its calls is slow:
+    /// `1 − quantile` ([`BreakerBuilder::quantile`]).
+    pub slow_fraction: f64,
+    /// Consecutive breaching windows that trip ([`BreakerBuilder::trip_windows`]).
+    pub trip_windows: u8,
+    /// Windows (or error spans) with fewer calls are not judged
+    /// ([`BreakerBuilder::min_calls`]).
+    pub min_calls: u64,
+    /// Error rate above which the breaker trips ([`BreakerBuilder::error_rate`]).
+    pub error_rate: f64,
+    /// The span the error rate is taken over ([`BreakerBuilder::error_window`]).
+    pub error_window: Duration,
+    /// Failures within a span that trip ([`BreakerBuilder::failure_count`]).
+    pub failure_count: Option<(u64, Duration)>,
 }
 
 /// Cumulative counts over every closed window (Prometheus counters).
@@ -1748,6 +1788,22 @@ impl Inner {
             uptime: Duration::from_nanos(now),
             totals,
             flapping: self.flapping.load(Ordering::Acquire),
+            limits: self.limits(),
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        let c = &self.config;
+        let windows = |n: usize| Duration::from_nanos(c.window_ns.saturating_mul(n as u64));
+        Limits {
+            window: Duration::from_nanos(c.window_ns),
+            latency_threshold: Duration::from_nanos(c.threshold_ns),
+            slow_fraction: c.slow_fraction,
+            trip_windows: c.trip_windows,
+            min_calls: c.min_calls,
+            error_rate: c.error_rate,
+            error_window: windows(c.error_windows),
+            failure_count: c.failure_count.map(|(n, span)| (n, windows(span))),
         }
     }
 

@@ -19,7 +19,7 @@ mod sync;
 mod ticker;
 
 pub use breaker::{
-    Breaker, LatencyQuantiles, LocalHandle, LocalPermit, NoLocalShard, Permit, Reason, RejectReason, Rejected,
+    Breaker, LatencyQuantiles, Limits, LocalHandle, LocalPermit, NoLocalShard, Permit, Reason, RejectReason, Rejected,
     Snapshot, Transition, WindowStats, QUANTILE_RELATIVE_ERROR,
 };
 pub use config::{BreakerBuilder, CancelPolicy, Jitter};

@@ -17,8 +17,15 @@
 //! | `breaker_flapping` | gauge | 1 while OPEN → HALF_OPEN → OPEN cycles come too often |
 //! | `breaker_calls_total`, `breaker_errors_total`, `breaker_slow_calls_total`, `breaker_cancelled_total` | counter | over every closed window |
 //! | `breaker_shadow_rejections_total` | counter | calls a `metrics_only` breaker admitted that it would have rejected |
-//! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window (absent for a window without calls) |
+//! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary |
+//! | `breaker_window_seconds`, `breaker_latency_threshold_seconds`, `breaker_slow_ratio_limit`, `breaker_trip_windows`, `breaker_min_calls`, `breaker_error_ratio_limit`, `breaker_error_window_seconds` | gauge | the [`Limits`](crate::Limits) windows are judged by, to read the counters against |
 //! | `breaker_fallback_depth`, `breaker_fallback_capacity` | gauge | items in / size of the attached dead-letter queue (only consumers with one) |
+//! | `breaker_fallback_class_depth{class}` | gauge | items of each class (`idle`, `routine`, `critical`) in the queue |
+//! | `breaker_fallback_queued_total{class}`, `breaker_fallback_popped_total{class}` | counter | items accepted / taken out for replay |
+//! | `breaker_fallback_displaced_total{class}`, `breaker_fallback_handed_back_total{class}` | counter | items handed back to the router: displaced by a higher class / refused because the queue was full |
+//!
+//! Per class, `queued = popped + displaced + class_depth` (exactly once the
+//! queue is quiet; see [`ClassStats`](crate::dlq::ClassStats)).
 //!
 //! Counters and window quantiles move when a window closes (the
 //! [`Ticker`](crate::Ticker) or [`Breaker::tick`](crate::Breaker::tick)),
@@ -36,6 +43,7 @@
 //! # Ok::<(), tailguard::ConfigError>(())
 //! ```
 
+use crate::dlq::{ClassStats, Priority};
 use crate::registry::{ConsumerSnapshot, Registry};
 use crate::state::Mode;
 use prometheus_client::collector::Collector;
@@ -180,6 +188,42 @@ fn family<M: EncodeMetric>(
     Ok(())
 }
 
+/// Writes one family with a sample per class for each consumer with a
+/// dead-letter queue attached; nothing at all if none has one.
+fn by_class<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &'static str,
+    help: &str,
+    rows: &[ConsumerSnapshot],
+    value: impl Fn(&ClassStats) -> M,
+) -> fmt::Result {
+    let mut queues = rows
+        .iter()
+        .filter_map(|r| Some((&*r.name, r.fallback_stats?)))
+        .peekable();
+    let Some((_, first)) = queues.peek() else {
+        return Ok(());
+    };
+    let kind = value(&first.idle).metric_type();
+    let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+    for (consumer, stats) in queues {
+        for class in Priority::ALL {
+            let labels = [("consumer", consumer), ("class", class_label(class))];
+            value(stats.class(class)).encode(metric.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `class` label of the `breaker_fallback_*{class}` families.
+fn class_label(class: Priority) -> &'static str {
+    match class {
+        Priority::Idle => "idle",
+        Priority::Routine => "routine",
+        Priority::Critical => "critical",
+    }
+}
+
 fn counter(v: u64) -> Option<ConstCounter<u64>> {
     Some(ConstCounter::new(v))
 }
@@ -271,21 +315,80 @@ impl Collector for BreakerCollector {
             &rows,
             |r| counter(r.snapshot.shadow_rejections),
         )?;
-        if rows.iter().any(|r| r.snapshot.window.latency.is_some()) {
+        if !rows.is_empty() {
             let mut metric = e.encode_descriptor(
                 "breaker_latency_seconds",
-                "Latency quantiles of the last closed window.",
+                "Latency quantiles of the last closed window; NaN if it had no calls.",
                 None,
                 prometheus_client::metrics::MetricType::Gauge,
             )?;
             for r in &rows {
-                let Some(q) = r.snapshot.window.latency else { continue };
-                for (quantile, d) in [("0.5", q.p50), ("0.9", q.p90), ("0.99", q.p99), ("0.999", q.p999)] {
+                let q = r.snapshot.window.latency;
+                let seconds = |pick: fn(&crate::LatencyQuantiles) -> std::time::Duration| {
+                    q.as_ref().map_or(f64::NAN, |q| pick(q).as_secs_f64())
+                };
+                for (quantile, value) in [
+                    ("0.5", seconds(|q| q.p50)),
+                    ("0.9", seconds(|q| q.p90)),
+                    ("0.99", seconds(|q| q.p99)),
+                    ("0.999", seconds(|q| q.p999)),
+                ] {
                     let labels = [("consumer", &*r.name), ("quantile", quantile)];
-                    ConstGauge::new(d.as_secs_f64()).encode(metric.encode_family(&labels)?)?;
+                    ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
                 }
             }
         }
+        let limit =
+            |f: fn(&crate::Limits) -> f64| move |r: &ConsumerSnapshot| Some(ConstGauge::new(f(&r.snapshot.limits)));
+        family(
+            e,
+            "breaker_window_seconds",
+            "Length of one measurement window.",
+            &rows,
+            limit(|l| l.window.as_secs_f64()),
+        )?;
+        family(
+            e,
+            "breaker_latency_threshold_seconds",
+            "Calls slower than this are slow.",
+            &rows,
+            limit(|l| l.latency_threshold.as_secs_f64()),
+        )?;
+        family(
+            e,
+            "breaker_slow_ratio_limit",
+            "A window breaches when more than this fraction of its calls is slow.",
+            &rows,
+            limit(|l| l.slow_fraction),
+        )?;
+        family(
+            e,
+            "breaker_trip_windows",
+            "Consecutive breaching windows that trip the breaker.",
+            &rows,
+            limit(|l| f64::from(l.trip_windows)),
+        )?;
+        family(
+            e,
+            "breaker_min_calls",
+            "Windows (and error spans) with fewer calls are not judged.",
+            &rows,
+            limit(|l| l.min_calls as f64),
+        )?;
+        family(
+            e,
+            "breaker_error_ratio_limit",
+            "The breaker trips when the error rate over the error window is above this.",
+            &rows,
+            limit(|l| l.error_rate),
+        )?;
+        family(
+            e,
+            "breaker_error_window_seconds",
+            "The span the error rate is taken over.",
+            &rows,
+            limit(|l| l.error_window.as_secs_f64()),
+        )?;
         family(
             e,
             "breaker_fallback_depth",
@@ -299,6 +402,41 @@ impl Collector for BreakerCollector {
             "Capacity of the consumer's dead-letter queue.",
             &rows,
             |r| r.fallback_capacity.map(ConstGauge::new),
+        )?;
+        by_class(
+            e,
+            "breaker_fallback_class_depth",
+            "Items of each class in the consumer's dead-letter queue.",
+            &rows,
+            |c| ConstGauge::new(c.depth as i64),
+        )?;
+        by_class(
+            e,
+            "breaker_fallback_queued",
+            "Items of each class accepted into the dead-letter queue.",
+            &rows,
+            |c| ConstCounter::new(c.queued),
+        )?;
+        by_class(
+            e,
+            "breaker_fallback_popped",
+            "Items of each class taken out of the dead-letter queue (for replay).",
+            &rows,
+            |c| ConstCounter::new(c.popped),
+        )?;
+        by_class(
+            e,
+            "breaker_fallback_displaced",
+            "Items of each class handed back to the router to make room for a higher class.",
+            &rows,
+            |c| ConstCounter::new(c.displaced),
+        )?;
+        by_class(
+            e,
+            "breaker_fallback_handed_back",
+            "Items of each class handed back to the router because the queue was full.",
+            &rows,
+            |c| ConstCounter::new(c.handed_back),
         )?;
         Ok(())
     }

@@ -2,18 +2,19 @@
 
 use crate::breaker::{Breaker, Snapshot};
 use crate::config::BreakerBuilder;
-use crate::dlq::Producer;
+use crate::dlq::{Producer, Stats};
 use crate::error::ConfigError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-type Depth = Arc<dyn Fn() -> usize + Send + Sync>;
+/// Reads an attached queue: its depth and per-class counters.
+type Fallback = Arc<dyn Fn() -> (usize, Stats) + Send + Sync>;
 /// A consumer's row as read under the lock: name, breaker, fallback.
-type Row = (Arc<str>, Breaker, Option<(Depth, usize)>);
+type Row = (Arc<str>, Breaker, Option<(Fallback, usize)>);
 
 struct Entry {
     breaker: Breaker,
-    fallback: Option<(Depth, usize)>,
+    fallback: Option<(Fallback, usize)>,
 }
 
 /// Named breakers, one per consumer: get-or-create, lookup, removal,
@@ -65,6 +66,8 @@ pub struct ConsumerSnapshot {
     pub fallback_depth: Option<usize>,
     /// Its dead-letter queue's capacity, if one is attached.
     pub fallback_capacity: Option<usize>,
+    /// Its dead-letter queue's per-class counters, if one is attached.
+    pub fallback_stats: Option<Stats>,
 }
 
 impl Registry {
@@ -134,20 +137,31 @@ impl Registry {
         self.entries.write().remove(name).map(|e| e.breaker)
     }
 
-    /// Reports `producer`'s queue as the fallback of consumer `name`
-    /// (`breaker_fallback_depth`). Returns false if there is no such consumer.
+    /// Reports `producer`'s queue as the fallback of consumer `name`: its
+    /// depth, capacity and per-class counters appear in
+    /// [`consumers`](Self::consumers) and in the `breaker_fallback_*`
+    /// metrics. Returns false if there is no such consumer.
     ///
     /// ```
-    /// use tailguard::dlq::DeadLetterQueue;
-    /// let r = tailguard::Registry::new();
-    /// let q: DeadLetterQueue<()> = DeadLetterQueue::with_capacity(8).unwrap();
-    /// assert!(!r.attach_fallback("x", q.producer()));
+    /// use tailguard::dlq::{DeadLetterQueue, Priority};
+    /// use tailguard::{Breaker, Registry};
+    ///
+    /// let r = Registry::new();
+    /// let q: DeadLetterQueue<u32> = DeadLetterQueue::with_capacity(8)?;
+    /// assert!(!r.attach_fallback("pricing", q.producer()), "no such consumer yet");
+    /// r.get_or_create("pricing", Breaker::builder)?;
+    /// assert!(r.attach_fallback("pricing", q.producer()));
+    /// let _ = q.push(7, Priority::Critical);
+    /// let row = &r.consumers()[0];
+    /// assert_eq!((row.fallback_depth, row.fallback_capacity), (Some(1), Some(8)));
+    /// assert_eq!(row.fallback_stats.unwrap().critical.queued, 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
     pub fn attach_fallback<T: Send + 'static>(&self, name: &str, producer: Producer<T>) -> bool {
         let capacity = producer.capacity();
         match self.entries.write().get_mut(name) {
             Some(e) => {
-                e.fallback = Some((Arc::new(move || producer.len()), capacity));
+                e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
                 true
             }
             None => false,
@@ -206,11 +220,15 @@ impl Registry {
             .collect();
         // Snapshots are taken outside the registry lock.
         rows.into_iter()
-            .map(|(name, breaker, fallback)| ConsumerSnapshot {
-                name,
-                snapshot: breaker.snapshot(),
-                fallback_depth: fallback.as_ref().map(|(depth, _)| depth()),
-                fallback_capacity: fallback.as_ref().map(|(_, cap)| *cap),
+            .map(|(name, breaker, fallback)| {
+                let queue = fallback.as_ref().map(|(read, _)| read());
+                ConsumerSnapshot {
+                    name,
+                    snapshot: breaker.snapshot(),
+                    fallback_depth: queue.map(|(depth, _)| depth),
+                    fallback_capacity: fallback.as_ref().map(|(_, cap)| *cap),
+                    fallback_stats: queue.map(|(_, stats)| stats),
+                }
             })
             .collect()
     }

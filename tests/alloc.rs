@@ -2,28 +2,51 @@
 //! transitions), counted by a global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tailguard::clock::ManualClock;
 use tailguard::{Breaker, State};
 
+/// Counts the allocations of the thread that runs the test. Counting every
+/// thread's made the test flaky: the test harness's main thread can still be
+/// allocating for the test it has just spawned when the first counted loop
+/// starts. The breakers here use a manual clock and no ticker, so the crate
+/// runs no thread of its own that could allocate for them.
 struct Counting;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    // `const` and `Copy`: using them never allocates nor registers a
+    // destructor. Per thread, so that tests running at once do not count
+    // each other's allocations.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    if COUNTING.with(Cell::get) {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+    }
+}
 
 // SAFETY: forwards every call to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        note();
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
         unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller upholds `GlobalAlloc::alloc_zeroed`'s contract.
+        unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        note();
         // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -32,13 +55,32 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// Allocations made by the calling thread while `f` runs.
 fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOCATIONS.with(Cell::get);
+    COUNTING.with(|c| c.set(true));
     f();
-    ALLOCATIONS.load(Ordering::SeqCst) - before
+    COUNTING.with(|c| c.set(false));
+    ALLOCATIONS.with(Cell::get) - before
 }
 
-/// One test only, so no other test thread allocates while this one counts.
+#[test]
+fn the_counter_counts_this_threads_allocations_only() {
+    let n = allocations_during(|| {
+        std::hint::black_box(vec![1u8; 100]);
+        std::hint::black_box(Box::new(7u64));
+    });
+    assert_eq!(n, 2);
+    let n = allocations_during(|| {
+        std::thread::spawn(|| std::hint::black_box(vec![1u8; 100]).len())
+            .join()
+            .unwrap();
+    });
+    assert!(n >= 1, "spawning allocates (the thread's handle), on this thread");
+    let elsewhere = std::thread::spawn(|| allocations_during(|| drop(std::hint::black_box(vec![0u64; 8]))));
+    assert_eq!(elsewhere.join().unwrap(), 1);
+}
+
 #[test]
 fn hot_paths_and_transitions_never_allocate() {
     let clock = ManualClock::new();
@@ -70,11 +112,18 @@ fn hot_paths_and_transitions_never_allocate() {
         }
     });
     assert_eq!(n, 0, "CLOSED allow/record");
-    // Window close builds the window's latency sketch: a cold path that
-    // allocates (and frees) once per window, never per call.
-    clock.advance(Duration::from_secs(1));
-    b.tick();
+    // Window close (drain, histogram, quantiles, judgement) allocates
+    // nothing either: the histogram is on the stack.
+    let n = allocations_during(|| {
+        for _ in 0..100 {
+            clock.advance(Duration::from_secs(1));
+            b.tick();
+            b.allow().unwrap().record_latency(Duration::from_millis(3), true);
+        }
+    });
+    assert_eq!(n, 0, "window close");
     assert_eq!(b.state(), State::Closed);
+    assert!(b.snapshot().window.latency.is_some());
 
     let n = allocations_during(|| {
         b.trip_now();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tailguard::clock::ManualClock;
 use tailguard::dlq::{DeadLetterQueue, Priority};
 use tailguard::prometheus::{encode_text, BreakerCollector, CONTENT_TYPE};
-use tailguard::{Breaker, ConsumerSnapshot, Mode, Registry, State};
+use tailguard::{Breaker, ConsumerSnapshot, LatencyQuantiles, Mode, Registry, State};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -20,6 +20,17 @@ enum Kind {
 /// A series: metric name and its labels, sorted.
 type Key = (String, Vec<(String, String)>);
 
+/// A sample's type and value; NaN equals NaN here (an empty window's
+/// quantiles are NaN).
+#[derive(Debug, Clone, Copy)]
+struct Sample(Kind, f64);
+
+impl PartialEq for Sample {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0 && (self.1 == other.1 || (self.1.is_nan() && other.1.is_nan()))
+    }
+}
+
 fn key(metric: &str, labels: &[(&str, &str)]) -> Key {
     let mut labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     labels.sort();
@@ -28,7 +39,7 @@ fn key(metric: &str, labels: &[(&str, &str)]) -> Key {
 
 /// What the exposition should hold for these consumers, derived from the
 /// snapshots alone.
-fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, (Kind, f64)> {
+fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, Sample> {
     let mut out = BTreeMap::new();
     for r in rows {
         let c = &*r.name;
@@ -37,7 +48,7 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, (Kind, f64)> {
             let mut labels = vec![("consumer", c)];
             labels.extend_from_slice(extra);
             assert!(
-                out.insert(key(metric, &labels), (kind, v)).is_none(),
+                out.insert(key(metric, &labels), Sample(kind, v)).is_none(),
                 "duplicate {metric}"
             );
         };
@@ -70,28 +81,71 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, (Kind, f64)> {
             Kind::Counter,
             s.shadow_rejections as f64,
         );
-        if let Some(q) = s.window.latency {
-            for (label, d) in [("0.5", q.p50), ("0.9", q.p90), ("0.99", q.p99), ("0.999", q.p999)] {
-                put(
-                    "breaker_latency_seconds",
-                    &[("quantile", label)],
-                    Kind::Gauge,
-                    d.as_secs_f64(),
-                );
-            }
+        let q = s.window.latency;
+        for (label, pick) in [
+            ("0.5", (|q| q.p50) as fn(&LatencyQuantiles) -> Duration),
+            ("0.9", |q| q.p90),
+            ("0.99", |q| q.p99),
+            ("0.999", |q| q.p999),
+        ] {
+            let v = q.as_ref().map_or(f64::NAN, |q| pick(q).as_secs_f64());
+            put("breaker_latency_seconds", &[("quantile", label)], Kind::Gauge, v);
         }
+        let l = &s.limits;
+        put("breaker_window_seconds", &[], Kind::Gauge, l.window.as_secs_f64());
+        put(
+            "breaker_latency_threshold_seconds",
+            &[],
+            Kind::Gauge,
+            l.latency_threshold.as_secs_f64(),
+        );
+        put("breaker_slow_ratio_limit", &[], Kind::Gauge, l.slow_fraction);
+        put("breaker_trip_windows", &[], Kind::Gauge, f64::from(l.trip_windows));
+        put("breaker_min_calls", &[], Kind::Gauge, l.min_calls as f64);
+        put("breaker_error_ratio_limit", &[], Kind::Gauge, l.error_rate);
+        put(
+            "breaker_error_window_seconds",
+            &[],
+            Kind::Gauge,
+            l.error_window.as_secs_f64(),
+        );
         if let Some(depth) = r.fallback_depth {
             put("breaker_fallback_depth", &[], Kind::Gauge, depth as f64);
         }
         if let Some(cap) = r.fallback_capacity {
             put("breaker_fallback_capacity", &[], Kind::Gauge, cap as f64);
         }
+        if let Some(stats) = r.fallback_stats {
+            for (class, label) in [
+                (Priority::Idle, "idle"),
+                (Priority::Routine, "routine"),
+                (Priority::Critical, "critical"),
+            ] {
+                let c = stats.class(class);
+                let class = [("class", label)];
+                put("breaker_fallback_class_depth", &class, Kind::Gauge, c.depth as f64);
+                put("breaker_fallback_queued_total", &class, Kind::Counter, c.queued as f64);
+                put("breaker_fallback_popped_total", &class, Kind::Counter, c.popped as f64);
+                put(
+                    "breaker_fallback_displaced_total",
+                    &class,
+                    Kind::Counter,
+                    c.displaced as f64,
+                );
+                put(
+                    "breaker_fallback_handed_back_total",
+                    &class,
+                    Kind::Counter,
+                    c.handed_back as f64,
+                );
+            }
+        }
     }
     out
 }
 
 /// Parses `text` with `prometheus_parse` into the same shape.
-fn parsed(text: &str) -> BTreeMap<Key, (Kind, f64)> {
+fn parsed(text: &str) -> BTreeMap<Key, Sample> {
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
     let mut out = BTreeMap::new();
     for s in scrape.samples {
@@ -102,7 +156,7 @@ fn parsed(text: &str) -> BTreeMap<Key, (Kind, f64)> {
         };
         let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert!(
-            out.insert(key(&s.metric, &labels), (kind, v)).is_none(),
+            out.insert(key(&s.metric, &labels), Sample(kind, v)).is_none(),
             "duplicate series {}",
             s.metric
         );
@@ -148,9 +202,19 @@ fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
         assert_eq!(pricing.state(), expect, "after window {window}");
     }
     pricing_clock.advance(2500 * MS);
+    // Its queue: 5 Routine and 11 Idle fill it; one more Idle is refused;
+    // a Critical displaces the oldest Idle; three are taken out.
     let dlq = DeadLetterQueue::with_capacity(16).unwrap();
     for i in 0..5 {
         assert!(dlq.push(i, Priority::Routine).is_ok());
+    }
+    for i in 0..11 {
+        assert!(dlq.push(100 + i, Priority::Idle).is_ok());
+    }
+    assert!(dlq.push(999, Priority::Idle).is_err());
+    assert!(dlq.push(7, Priority::Critical).is_ok());
+    for _ in 0..3 {
+        assert!(dlq.pop().is_some());
     }
     assert!(registry.attach_fallback("pricing", dlq.producer()));
 
@@ -220,7 +284,15 @@ fn every_series_matches_the_snapshots() {
     assert_eq!(p.totals.errors, 2 * 16);
     let q = p.window.latency.expect("pricing's last window had calls");
     assert!(q.p50 < 50 * MS && q.p99 > 50 * MS, "{q:?}");
-    assert_eq!((pricing.fallback_depth, pricing.fallback_capacity), (Some(5), Some(16)));
+    assert_eq!(
+        (pricing.fallback_depth, pricing.fallback_capacity),
+        (Some(13), Some(16))
+    );
+    let stats = pricing.fallback_stats.expect("attached");
+    assert_eq!((stats.idle.handed_back, stats.idle.displaced), (1, 1));
+    assert_eq!(stats.idle.popped + stats.routine.popped + stats.critical.popped, 3);
+    assert_eq!(p.limits.trip_windows, 2);
+    assert_eq!(p.limits.min_calls, 10);
     let ledger = &by_name("ledger").snapshot;
     assert!(
         ledger.flapping && ledger.state == State::Open && ledger.trip_count >= 3,
@@ -238,10 +310,15 @@ fn every_series_matches_the_snapshots() {
     for k in got.keys() {
         assert!(want.contains_key(k), "unexpected series {k:?} in\n{text}");
     }
-    // 4 consumers × 14 series, + 4 quantiles for pricing and compliance
-    // (ledger and search closed no window with calls), + 2 for the queue.
+    // 4 consumers × (14 series + 4 quantiles + 7 limits), + 2 + 5 × 3 for
+    // the queue. Ledger and search closed no window with calls: NaN.
     assert_eq!(by_name("ledger").snapshot.window.latency, None);
-    assert_eq!(got.len(), 4 * 14 + 4 * 2 + 2);
+    assert_eq!(got.len(), 4 * (14 + 4 + 7) + 2 + 5 * 3);
+    let nan = key(
+        "breaker_latency_seconds",
+        &[("consumer", "search"), ("quantile", "0.99")],
+    );
+    assert!(got[&nan].1.is_nan());
 }
 
 #[test]
@@ -266,8 +343,20 @@ fn names_and_types_are_exactly_the_documented_ones() {
         ("breaker_cancelled_total", "counter"),
         ("breaker_shadow_rejections_total", "counter"),
         ("breaker_latency_seconds", "gauge"),
+        ("breaker_window_seconds", "gauge"),
+        ("breaker_latency_threshold_seconds", "gauge"),
+        ("breaker_slow_ratio_limit", "gauge"),
+        ("breaker_trip_windows", "gauge"),
+        ("breaker_min_calls", "gauge"),
+        ("breaker_error_ratio_limit", "gauge"),
+        ("breaker_error_window_seconds", "gauge"),
         ("breaker_fallback_depth", "gauge"),
         ("breaker_fallback_capacity", "gauge"),
+        ("breaker_fallback_class_depth", "gauge"),
+        ("breaker_fallback_queued_total", "counter"),
+        ("breaker_fallback_popped_total", "counter"),
+        ("breaker_fallback_displaced_total", "counter"),
+        ("breaker_fallback_handed_back_total", "counter"),
     ]
     .into_iter()
     .collect();
@@ -296,7 +385,10 @@ fn families_without_series_are_left_out() {
         .unwrap();
     let text = encode_text(&registry);
     assert!(text.contains("breaker_state{consumer=\"quiet\"} 0\n"));
-    assert!(!text.contains("breaker_latency_seconds"), "no window with calls yet");
+    assert!(
+        text.contains("breaker_latency_seconds{consumer=\"quiet\",quantile=\"0.99\"} NaN\n"),
+        "no window with calls yet: {text}"
+    );
     assert!(!text.contains("breaker_fallback_"), "no queue attached");
     assert!(text.contains("breaker_open_duration_seconds{consumer=\"quiet\"} 0"));
 }
