@@ -567,9 +567,10 @@ impl Breaker {
             tick: Mutex::new(TickState {
                 // Windows end on the clock's grid of whole windows, so that
                 // breakers sharing a clock and a window length close theirs
-                // together (one wake of the ticker for all of them); the
-                // first window is the rest of the grid period it starts in.
-                window_end: config.window_ns - origin % config.window_ns,
+                // together (one wake of the ticker for all of them). The
+                // first one ends at the first grid point at least half a
+                // window away: it lasts from half a window to one and a half.
+                window_end: first_window_end(origin, config.window_ns),
                 window_gen: 0,
                 ring,
                 ring_pos: 0,
@@ -1932,6 +1933,14 @@ impl Histogram {
             p999: out[3],
         })
     }
+}
+
+/// The end of a breaker's first window, relative to its start at `origin`
+/// on its clock: the first multiple of `window` on the clock more than half
+/// a window after `origin`.
+fn first_window_end(origin: u64, window: u64) -> u64 {
+    let half = window / 2;
+    window - origin.wrapping_add(half) % window + half
 }
 
 /// One step of SplitMix64: a cheap, well-mixed random number for jitter.

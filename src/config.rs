@@ -212,18 +212,21 @@ impl BreakerBuilder {
     /// Length of one measurement window (default 1 s). Accepted: 1 ms to 1 h.
     ///
     /// Windows end at whole multiples of the length on the breaker's clock,
-    /// so that every breaker with the same clock and window length closes
-    /// its windows at the same instants (the [`Ticker`](crate::Ticker) then
-    /// wakes once per window for all of them). The first window is the rest
-    /// of the period the breaker is built in, so it can be shorter than the
-    /// others.
+    /// so that the breakers that share a clock and a window length close
+    /// their windows at the same instants (the [`Ticker`](crate::Ticker)
+    /// then wakes once per window for all of them). The first window ends
+    /// at the first multiple more than half a window after the breaker is
+    /// built, so it lasts between half a window and one and a half. If the
+    /// clock steps back, the breaker's time does not (see
+    /// [`Breaker::tick`](crate::Breaker::tick)), and its windows keep their
+    /// length but leave the grid by the size of the step.
     ///
     /// ```
     /// # use std::time::Duration;
     /// use tailguard::{clock::ManualClock, Breaker};
     ///
     /// let clock = ManualClock::new();
-    /// clock.advance(Duration::from_millis(300));
+    /// clock.advance(Duration::from_millis(300)); // the first window: 300 ms to 1 s
     /// let b = Breaker::builder().clock(clock.clone()).window(Duration::from_secs(1)).build()?;
     /// b.allow()?.record(true);
     /// clock.advance(Duration::from_millis(700)); // 1 s on the clock

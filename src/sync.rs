@@ -77,27 +77,29 @@ pub(crate) use loom::cell::UnsafeCell;
 
 /// Hints the processor to start loading the `len` bytes from `p` into the
 /// cache, one line at a time, and returns at once. A no-op where there is
-/// no prefetch instruction to use (and under loom and Miri).
+/// no prefetch instruction to use (and under Miri).
 ///
 /// This and the dead-letter queue's ring are the crate's only `unsafe`.
+#[cfg(not(tailguard_loom))]
 #[inline(always)]
-#[cfg_attr(
-    not(all(target_arch = "x86_64", not(miri), not(tailguard_loom))),
-    allow(unused_variables)
-)]
+#[cfg_attr(not(all(target_arch = "x86_64", not(miri))), allow(unused_variables))]
 pub(crate) fn prefetch(p: *const u8, len: usize) {
-    #[cfg(all(target_arch = "x86_64", not(miri), not(tailguard_loom)))]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        const LINE: usize = 64;
+        // Every line the range touches, from the one `p` is in.
+        let first = p.wrapping_sub(p as usize % LINE);
         let mut offset = 0;
-        while offset < len {
-            // SAFETY: `_mm_prefetch` is unsafe to call only because it is a
-            // `target_feature(enable = "sse")` function, and SSE is part of
-            // every x86_64 target. The instruction is a hint: it never
-            // faults and reads nothing into the program, so any address,
-            // even a dangling or unmapped one, is allowed.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(offset).cast()) };
-            offset += 64;
+        while offset < len + p as usize % LINE {
+            // SAFETY: `_mm_prefetch` is unsafe to call because it takes a
+            // raw pointer and because it is a `target_feature(enable =
+            // "sse")` function. SSE is part of every x86_64 target, and the
+            // instruction is a hint: it never faults and reads nothing into
+            // the program, so any address, even a dangling or unmapped one,
+            // is allowed.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(offset).cast()) };
+            offset += LINE;
         }
     }
 }

@@ -8,10 +8,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Every breaker built with the ticker on (the default), by weak reference:
-/// a dropped breaker is pruned at the next pass and costs nothing meanwhile.
+/// the ticker thread reads it when it starts. A dropped breaker costs an
+/// entry until `register` prunes the list (each time it doubles) or
+/// [`Ticker::pass`] does; the running thread drops it from its schedule at
+/// its next due time.
 static BREAKERS: parking_lot::Mutex<Vec<Weak<Inner>>> = parking_lot::Mutex::new(Vec::new());
 
 /// Breakers registered while the ticker thread runs, for it to schedule.
+/// Written only under the `BREAKERS` lock, and emptied under it when the
+/// thread takes its first copy of `BREAKERS`, so that every breaker is
+/// scheduled exactly once: from the copy or from here.
 static PENDING: parking_lot::Mutex<Vec<Weak<Inner>>> = parking_lot::Mutex::new(Vec::new());
 /// Whether the ticker thread is running (it reads `BREAKERS` when it starts
 /// and `PENDING` after that).
@@ -28,16 +34,22 @@ struct Running {
 
 pub(crate) fn register(inner: &Arc<Inner>) {
     let weak = Arc::downgrade(inner);
-    {
+    let pending = {
         let mut list = BREAKERS.lock();
         // Prune dropped breakers now and then: amortised O(1) per breaker.
         if list.len() >= 64 && list.len().is_power_of_two() {
             list.retain(|w| w.strong_count() > 0);
         }
         list.push(weak.clone());
-    }
-    if THREAD_UP.load(Ordering::Acquire) {
-        PENDING.lock().push(weak);
+        // Under the same lock as the push above: the thread's first copy of
+        // the list either has this breaker or finds it here.
+        let up = THREAD_UP.load(Ordering::Acquire);
+        if up {
+            PENDING.lock().push(weak);
+        }
+        up
+    };
+    if pending {
         if let Some(running) = RUNNING.lock().as_ref() {
             // Let the new breaker's first window be closed on time.
             running.thread.thread().unpark();
@@ -60,11 +72,13 @@ const MIN_SLEEP: Duration = Duration::from_millis(5);
 /// between two of its passes is acted on by the first caller of `allow` at
 /// once, and by the ticker at the breaker's next window end at the latest.)
 ///
-/// Windows end on a grid of whole windows of the breaker's clock, so the
+/// Windows end on a grid of whole windows of the breaker's clock (see
+/// [`BreakerBuilder::window`](crate::BreakerBuilder::window)), so the
 /// breakers that share a clock and a window length (the default ones, say)
 /// are all due at once, and the thread wakes once per window for all of
 /// them: a wake costs far more than a window close, tens of microseconds on
-/// a virtual machine. It ticks such a batch with the memory of the breakers
+/// a virtual machine. Breakers with many different window lengths cost it
+/// up to one wake per 5 ms slot. It ticks such a batch with the memory of the breakers
 /// ahead already loading, and on the machine the crate is measured on it
 /// takes under 1% of one core for 10,000 breakers with 1 s windows (see
 /// `examples/scale.rs`).
@@ -105,9 +119,10 @@ impl Ticker {
         Self::with_max_sleep(Duration::from_secs(1))
     }
 
-    /// Starts the ticker, sleeping at most `max_sleep` between passes (at
-    /// least 1 ms). If the thread already runs, this joins it and
-    /// `max_sleep` is ignored.
+    /// Starts the ticker, sleeping at most `max_sleep` between wakes (taken
+    /// as at least 5 ms, the schedule's grain). A wake with nothing due does
+    /// nothing, so a shorter sleep only costs wakes. If the thread already
+    /// runs, this joins it and `max_sleep` is ignored.
     ///
     /// # Errors
     /// The operating system refused to spawn the thread.
@@ -157,9 +172,10 @@ impl Ticker {
         RUNNING.lock().is_some()
     }
 
-    /// Runs one pass over every live breaker now, on the calling thread,
-    /// and returns how many it ticked. What the thread does each time it
-    /// wakes; useful to measure a pass.
+    /// Ticks every live breaker now, due or not, on the calling thread, and
+    /// returns how many it ticked (the thread ticks only those due). For
+    /// tests and to measure a pass; it also prunes dropped breakers from
+    /// the registration list.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build().unwrap();
@@ -204,11 +220,14 @@ fn pass() -> usize {
     ticked
 }
 
-/// How far ahead of the breaker being ticked [`tick_batch`] starts loading
-/// the memory of the ones after it: its own lines `AHEAD` places on, its
-/// shards' lines `NEAR` places on.
+/// How far ahead of the breaker being ticked [`tick_batch`] prefetches a
+/// breaker's own lines.
 const AHEAD: usize = 12;
+/// How far ahead it upgrades a breaker and prefetches its shards' first
+/// lines (their address is in the breaker's own lines, loaded by then).
 const MID: usize = 8;
+/// How far ahead it prefetches the bucket words a breaker's shards mark as
+/// in use (the marks are in the shards' first lines, loaded by then).
 const NEAR: usize = 4;
 
 /// Ticks every live breaker in `batch`, emptying it, and hands each one
@@ -318,30 +337,32 @@ fn run(stop: &AtomicBool, max_sleep: Duration) {
         slots: std::collections::BTreeMap::new(),
         spare: Vec::new(),
     };
-    for w in BREAKERS.lock().iter() {
-        schedule.insert(w.clone(), 0);
+    {
+        let list = BREAKERS.lock();
+        for w in list.iter() {
+            schedule.insert(w.clone(), 0);
+        }
+        // Registered before this copy, so in it (see `PENDING`).
+        PENDING.lock().clear();
     }
-    PENDING.lock().clear(); // registered before the snapshot: already in it
-                            // The breakers of the batch being ticked, with the time until each is
-                            // next due; kept from wake to wake for its capacity.
-    let mut ticked: Vec<(Weak<Inner>, u64)> = Vec::new();
     while !stop.load(Ordering::Acquire) {
         let now = now_ns();
         for w in PENDING.lock().drain(..) {
             schedule.insert(w, now);
         }
         while let Some(mut batch) = schedule.take_due(now) {
-            // A dropped breaker leaves the schedule here: it is not handed back.
-            tick_batch(&mut batch, |w, until| ticked.push((w, until)));
+            // Each breaker's next due time counts from when it was ticked,
+            // as its `until` does: counted from the start of the batch, a
+            // breaker ticked late in a long batch would come back early (and
+            // be ticked twice); counted from the end, the first ones would
+            // come back late, and breakers whose windows end together would
+            // spread over two slots. A dropped breaker is not handed back,
+            // and leaves the schedule here.
+            tick_batch(&mut batch, |w, until| {
+                schedule.insert(w, now_ns().saturating_add(until.max(SLOT_NS)));
+            });
             if schedule.spare.len() < 64 {
                 schedule.spare.push(batch);
-            }
-            // Due times count from the end of the batch: counted from its
-            // start, a breaker ticked late in a long batch would come back
-            // before it is due and be ticked twice.
-            let end = now_ns();
-            for (w, until) in ticked.drain(..) {
-                schedule.insert(w, end.saturating_add(until.max(SLOT_NS)));
             }
         }
         let sleep = schedule.next_ns().map_or(max_sleep, |at| {

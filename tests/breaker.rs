@@ -259,35 +259,52 @@ fn windows_end_on_the_clocks_grid_whatever_the_start() {
     let late = builder(&clock).build().unwrap();
     traffic(&early, 10, 0, 0);
     traffic(&late, 10, 0, 0);
-    // Both first windows end at 1 s on the clock: 700 ms and 250 ms after
-    // each breaker's start.
+    // A first window ends at the first grid point more than half a window
+    // away: 1 s on the clock for `early` (700 ms after its start), 2 s for
+    // `late` (1 s is only 250 ms after its start).
     clock.advance(249 * MS);
     early.tick();
-    late.tick();
     assert_eq!(early.snapshot().window.calls, 0, "not closed before the grid point");
-    assert_eq!(late.snapshot().window.calls, 0);
     clock.advance(MS);
     early.tick();
     late.tick();
-    let (e, l) = (early.snapshot().window, late.snapshot().window);
+    let e = early.snapshot().window;
     assert_eq!((e.calls, e.closed_at), (10, 700 * MS));
-    assert_eq!((l.calls, l.closed_at), (10, 250 * MS));
+    assert_eq!(late.snapshot().window.calls, 0, "its first window runs on to 2 s");
     // From then on, whole windows, closing together.
     traffic(&early, 4, 0, 0);
     traffic(&late, 6, 0, 0);
-    clock.advance(SEC);
+    clock.advance(SEC); // 2 s on the clock
     early.tick();
     late.tick();
     let (e, l) = (early.snapshot().window, late.snapshot().window);
     assert_eq!((e.calls, e.closed_at), (4, 1700 * MS));
-    assert_eq!((l.calls, l.closed_at), (6, 1250 * MS));
-    // A breaker whose window does not divide evenly keeps its own grid.
-    let odd = builder(&clock).window(700 * MS).build().unwrap(); // 2 s on the clock
+    assert_eq!((l.calls, l.closed_at), (16, 1250 * MS));
+    traffic(&early, 2, 0, 0);
+    traffic(&late, 3, 0, 0);
+    clock.advance(SEC); // 3 s
+    early.tick();
+    late.tick();
+    let (e, l) = (early.snapshot().window, late.snapshot().window);
+    assert_eq!((e.calls, e.closed_at), (2, 2700 * MS));
+    assert_eq!((l.calls, l.closed_at), (3, 2250 * MS));
+    // A window length that does not divide a second keeps its own grid:
+    // built at 3 s, 700 ms windows end at 3.5 s (5 × 700 ms, more than half
+    // a window away), then 4.2 s.
+    let odd = builder(&clock).window(700 * MS).build().unwrap();
     traffic(&odd, 3, 0, 0);
-    clock.advance(100 * MS); // 2.1 s = 3 × 700 ms
+    clock.advance(499 * MS);
+    odd.tick();
+    assert_eq!(odd.snapshot().window.calls, 0);
+    clock.advance(MS);
     odd.tick();
     assert_eq!(odd.snapshot().window.calls, 3);
-    assert_eq!(odd.snapshot().window.closed_at, 100 * MS);
+    assert_eq!(odd.snapshot().window.closed_at, 500 * MS);
+    traffic(&odd, 1, 0, 0);
+    clock.advance(700 * MS);
+    odd.tick();
+    assert_eq!(odd.snapshot().window.calls, 1);
+    assert_eq!(odd.snapshot().window.closed_at, 1200 * MS);
 }
 
 #[test]
@@ -851,7 +868,7 @@ fn a_backward_clock_step_never_panics_nor_prolongs_open_past_one_tick() {
     b.tick();
     clock.rewind(Duration::from_secs(1_000_000));
     b.tick();
-    clock.advance(SEC);
+    clock.advance(2 * SEC); // past the first window (at most 1.5 windows)
     b.tick();
     assert_eq!(b.snapshot().window.calls, 2);
 }

@@ -51,4 +51,22 @@ fn ticker_closes_windows_trips_half_opens_and_stops_when_dropped() {
         })
         .unwrap_or_default();
     assert!(!names.iter().any(|n| n.starts_with("tailguard-tick")), "{names:?}");
+
+    // Breakers registered while the thread starts are all scheduled: each
+    // is either in its first copy of the list or handed to it afterwards.
+    for round in 0..20 {
+        let window = Duration::from_millis(10);
+        let builder = move || Breaker::builder().window(window).build().unwrap();
+        let registering = std::thread::spawn(move || (0..200).map(|_| builder()).collect::<Vec<_>>());
+        let ticker = Ticker::start().unwrap();
+        let breakers = registering.join().unwrap();
+        for b in &breakers {
+            b.allow().unwrap().record(true);
+        }
+        wait_until("every breaker's window to close", || {
+            breakers.iter().all(|b| b.snapshot().window.closed_at > Duration::ZERO)
+        });
+        drop(ticker);
+        assert!(!Ticker::is_running(), "round {round}");
+    }
 }
