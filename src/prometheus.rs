@@ -25,7 +25,7 @@
 //! | `breaker_fallback_displaced_total{class}`, `breaker_fallback_handed_back_total{class}` | counter | items handed back to the router: displaced by a higher class / refused because the queue was full |
 //!
 //! Per class, `queued = popped + displaced + class_depth` (exactly once the
-//! queue is quiet; see [`ClassStats`](crate::dlq::ClassStats)).
+//! queue is quiet; see [`ClassStats`]).
 //!
 //! Counters and window quantiles move when a window closes (the
 //! [`Ticker`](crate::Ticker) or [`Breaker::tick`](crate::Breaker::tick)),
