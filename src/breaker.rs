@@ -568,7 +568,7 @@ impl Breaker {
                 // Windows end on the clock's grid of whole windows, so that
                 // breakers sharing a clock and a window length close theirs
                 // together (one wake of the ticker for all of them). The
-                // first one ends at the first grid point at least half a
+                // first one ends at the first grid point more than half a
                 // window away: it lasts from half a window to one and a half.
                 window_end: first_window_end(origin, config.window_ns),
                 window_gen: 0,
