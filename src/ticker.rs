@@ -57,9 +57,11 @@ pub(crate) fn register(inner: &Arc<Inner>) {
     }
 }
 
-/// The ticker's time grain: a breaker is ticked up to this long after it is
-/// due, so that breakers due close together are ticked in one wake.
-const MIN_SLEEP: Duration = Duration::from_millis(5);
+/// The ticker's time grain, in nanoseconds: its schedule's slots. A breaker
+/// due at `t` is ticked at the first slot boundary at or after `t`, so no
+/// later than one slot after it is due (plus the time the batch takes), and
+/// breakers due within one slot are ticked as one batch, in one wake.
+const SLOT_NS: u64 = 5_000_000;
 
 /// Starts (or joins) the process's ticker thread.
 ///
@@ -139,7 +141,7 @@ impl Ticker {
             r.handles += 1;
             return Ok(Ticker { _private: () });
         }
-        let max_sleep = max_sleep.max(MIN_SLEEP);
+        let max_sleep = max_sleep.max(Duration::from_nanos(SLOT_NS));
         let stop = Arc::new(AtomicBool::new(false));
         let their_stop = Arc::clone(&stop);
         THREAD_UP.store(true, Ordering::Release);
@@ -243,42 +245,32 @@ const NEAR: usize = 4;
 /// the one `NEAR` places on has the bucket words its shards mark as used
 /// prefetched. The misses of several breakers overlap.
 fn tick_batch(batch: &mut Vec<Weak<Inner>>, mut done: impl FnMut(Weak<Inner>, u64)) {
-    let upgrade = |w: &Weak<Inner>| {
-        let strong = w.upgrade();
-        if let Some(inner) = &strong {
-            inner.prefetch_for_tick();
-        }
-        strong
-    };
-    for w in batch.iter().take(AHEAD) {
+    for w in batch.iter().take(AHEAD - MID) {
         prefetch_weak(w);
     }
-    // `ready[i % MID]` holds breaker `i`, upgraded `MID` steps before it is
-    // ticked.
+    // Step `s` upgrades breaker `s` into `ready[s % MID]` and ticks breaker
+    // `s - MID`, which it takes out of that same slot first.
     let mut ready: [Option<Arc<Inner>>; MID] = Default::default();
-    for (i, (slot, w)) in ready.iter_mut().zip(batch.iter()).enumerate() {
-        *slot = upgrade(w);
-        if i < NEAR {
-            if let Some(inner) = slot {
-                inner.prefetch_marked();
-            }
-        }
-    }
-    for i in 0..batch.len() {
-        let current = ready[i % MID].take();
-        if let Some(w) = batch.get(i + AHEAD) {
+    for step in 0..batch.len() + MID {
+        let slot = step % MID;
+        let current = ready[slot].take();
+        if let Some(w) = batch.get(step + AHEAD - MID) {
             prefetch_weak(w);
         }
-        if let Some(w) = batch.get(i + MID) {
-            ready[i % MID] = upgrade(w);
+        if let Some(w) = batch.get(step) {
+            ready[slot] = w.upgrade();
+            if let Some(inner) = &ready[slot] {
+                inner.prefetch_for_tick();
+            }
         }
-        if let Some(inner) = &ready[(i + NEAR) % MID] {
+        // Breaker `step - (MID - NEAR)`.
+        if let Some(inner) = &ready[(step + NEAR) % MID] {
             inner.prefetch_marked();
         }
         if let Some(inner) = current {
             let until = inner.tick_for_ticker();
             drop(inner);
-            done(core::mem::replace(&mut batch[i], Weak::new()), until);
+            done(core::mem::replace(&mut batch[step - MID], Weak::new()), until);
         }
     }
     batch.clear();
@@ -291,12 +283,6 @@ fn tick_batch(batch: &mut Vec<Weak<Inner>>, mut done: impl FnMut(Weak<Inner>, u6
 fn prefetch_weak(w: &Weak<Inner>) {
     crate::sync::prefetch(w.as_ptr().cast(), core::mem::size_of::<Inner>());
 }
-
-/// Nanosecond slots of the ticker's schedule: a breaker due at `t` is
-/// ticked at the first slot boundary at or after `t`, so no later than
-/// `MIN_SLEEP` after it is due (plus the time the pass takes), and breakers
-/// due within one slot are ticked as one batch.
-const SLOT_NS: u64 = MIN_SLEEP.as_nanos() as u64;
 
 /// The ticker's schedule: the breakers due in each slot (a calendar queue).
 /// Rescheduling a breaker is a push onto its slot's vector; a wake takes the
