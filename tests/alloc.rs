@@ -1,68 +1,13 @@
 //! Zero allocations on the hot path (allow, record, rejections, probing and
 //! transitions), counted by a global allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use support::allocations_during;
 use tailguard::clock::ManualClock;
 use tailguard::{Breaker, State};
-
-/// Counts the allocations of the thread that runs the test. Counting every
-/// thread's made the test flaky: the test harness's main thread can still be
-/// allocating for the test it has just spawned when the first counted loop
-/// starts. The breakers here use a manual clock and no ticker, so the crate
-/// runs no thread of its own that could allocate for them.
-struct Counting;
-
-thread_local! {
-    // `const` and `Copy`: using them never allocates nor registers a
-    // destructor. Per thread, so that tests running at once do not count
-    // each other's allocations.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    if COUNTING.with(Cell::get) {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-    }
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller upholds `GlobalAlloc::alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations made by the calling thread while `f` runs.
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    ALLOCATIONS.with(Cell::get) - before
-}
 
 #[test]
 fn the_counter_counts_this_threads_allocations_only() {
