@@ -63,6 +63,7 @@ fn race(probes: u32) -> (usize, usize, Breaker) {
         .collect();
     try_once(&b, &admitted);
     threads.into_iter().for_each(|t| t.join().unwrap());
+    b.tick(); // delivers the transition the winning `allow` queued
     (admitted.load(Ordering::Relaxed), half_opens.load(Ordering::Relaxed), b)
 }
 
@@ -193,5 +194,103 @@ fn a_probe_from_an_old_round_never_decides_the_new_one() {
         t.join().unwrap();
         assert_eq!(b.state(), State::HalfOpen);
         assert_eq!(b.snapshot().probes_in_flight, 0);
+    });
+}
+
+/// Issue 8, finding 1: probe A holds the only slot while caller C races
+/// A's drop. Whether C's CAS lands before the drop (rejected) or after it
+/// (admitted, from a word it loaded while every slot was taken), C's lease
+/// starts at C's own admission: a tick after A's lease would have run out,
+/// but within C's, leaves the breaker HALF_OPEN.
+#[test]
+fn a_probe_admitted_from_a_stale_word_gets_its_own_lease() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .probe_lease(SEC)
+            .build()
+            .unwrap();
+        b.trip_now();
+        clock.advance(SEC);
+        let a = b.allow().unwrap();
+        clock.advance(Duration::from_millis(900));
+        let b2 = b.clone();
+        let c = thread::spawn(move || {
+            if let Ok(p) = b2.allow() {
+                assert!(p.is_probe());
+                std::mem::forget(p); // held past the tick below
+                true
+            } else {
+                false
+            }
+        });
+        drop(a);
+        let admitted = c.join().unwrap();
+        clock.advance(Duration::from_millis(200)); // past A's lease, not C's
+        b.tick();
+        assert_eq!(b.state(), State::HalfOpen);
+        assert_eq!(b.snapshot().probes_in_flight, u8::from(admitted));
+    });
+}
+
+/// Issue 8, finding 7: with in-flight tracking, a call's verdict races the
+/// window close that claims its epoch. The call is counted exactly once:
+/// as a completed call, or as an in-flight slow one.
+#[test]
+fn an_in_flight_call_is_counted_once_against_a_racing_claim() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .track_in_flight(true)
+            .build()
+            .unwrap();
+        let p = b.allow().unwrap(); // epoch 0
+        let b2 = b.clone();
+        let t = thread::spawn(move || {
+            let p = b2.allow().unwrap(); // epoch 0, or 13 after the advance
+            p.record_latency(Duration::from_millis(1), true);
+        });
+        clock.advance(Duration::from_millis(1200));
+        // Claims epochs before (1.2 s − 50 ms) / 87.5 ms = 13, racing the
+        // thread's call and this call's verdict below.
+        b.tick();
+        p.record_latency(Duration::from_millis(1), true);
+        t.join().unwrap();
+        clock.advance(SEC);
+        b.tick();
+        let totals = b.snapshot().totals;
+        assert_eq!(totals.calls, 2, "{totals:?}");
+        assert!(
+            totals.slow >= 1,
+            "the first call was in flight at the claim: {totals:?}"
+        );
+    });
+}
+
+/// Events of transitions made on two threads reach the listener in
+/// strictly increasing generations, and each is delivered or counted lost.
+#[test]
+fn events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted() {
+    model(|| {
+        let clock = ManualClock::new();
+        let seen = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .on_transition(move |t| sink.lock().unwrap().push(t.generation))
+            .build()
+            .unwrap();
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.force_open());
+        b.force_closed();
+        t.join().unwrap();
+        b.tick();
+        let snap = b.snapshot();
+        let seen = seen.lock().unwrap();
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        assert_eq!(seen.len() as u64 + snap.events_lost, u64::from(snap.generation));
+        assert_eq!(snap.generation, 2);
     });
 }

@@ -239,3 +239,49 @@ fn cap2_two_items_each() {
         },
     );
 }
+
+/// Issue 8, finding 4: capacity 1 holding an `Idle` item that the consumer
+/// is popping while a `Critical` push races it. The item in transit (taken
+/// from its ring, not yet counted out) must not make the push fail: it
+/// either displaces the `Idle` item or finds the room the pop made.
+#[test]
+fn critical_push_racing_the_pop_of_the_last_lower_item_is_never_refused() {
+    loom::model(|| {
+        let q = DeadLetterQueue::__with_capacity_starting_at(1, 0).unwrap();
+        assert!(matches!(q.push(1u8, Idle), Ok(Pushed::Queued)));
+        let p = q.producer();
+        let t = thread::spawn(move || p.push(2u8, Critical).map(|pushed| matches!(pushed, Pushed::Queued)));
+        let popped = q.pop();
+        let pushed = t.join().unwrap();
+        assert!(
+            pushed.is_ok(),
+            "a Critical push was refused; the queue held no Critical item"
+        );
+        // Exactly one of the pop and the push got the Idle item.
+        match (popped, pushed) {
+            (Some((1, Idle)), Ok(true)) | (None, Ok(false)) | (Some((2, Critical)), Ok(false)) => {}
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+/// Issue 8, finding 4: capacity 2 with a `Routine` item; an `Idle` and a
+/// `Critical` producer race for the last slot. If the `Idle` item got in,
+/// it is the lowest class present and the `Critical` push displaces it, not
+/// the `Routine` one, even while the `Idle` item is still in transit.
+#[test]
+fn displacement_takes_the_lowest_class_present_even_in_transit() {
+    loom::model(|| {
+        let q = DeadLetterQueue::__with_capacity_starting_at(2, 0).unwrap();
+        assert!(matches!(q.push(0u8, Routine), Ok(Pushed::Queued)));
+        let (pi, pc) = (q.producer(), q.producer());
+        let idle = thread::spawn(move || pi.push(1u8, Idle));
+        let critical = thread::spawn(move || pc.push(2u8, Critical));
+        let idle = idle.join().unwrap();
+        let critical = critical.join().unwrap();
+        match (&idle, &critical) {
+            (Ok(Pushed::Queued), Ok(Pushed::Displaced(1, Idle))) | (Err(Full(1)), Ok(Pushed::Queued)) => {}
+            other => panic!("{other:?}"),
+        }
+    });
+}

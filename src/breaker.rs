@@ -2,10 +2,10 @@
 //! and snapshots.
 
 use crate::clock::ClockSource;
-use crate::config::{BreakerBuilder, CancelPolicy, Config};
+use crate::config::{BreakerBuilder, CancelPolicy, Config, Sizes};
 use crate::events::{Events, Listener};
-use crate::shard::{bucket_of, Counts, LocalShard, Shards, INFLIGHT_SLOTS};
-use crate::state::{Decision, Mode, State, StateCell, Word, FAST_PATH_MASK, MAX_LEVEL, OPEN_NORMAL};
+use crate::shard::{bucket_of, Counts, LocalShard, Shards};
+use crate::state::{Decision, Mode, State, StateCell, Word, FAST_PATH_MASK, GEN_MASK, MAX_LEVEL, OPEN_NORMAL};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use core::fmt;
 use core::marker::PhantomData;
@@ -28,7 +28,7 @@ pub enum Reason {
     ProbeFailed,
     /// A probe was slower than the latency threshold.
     ProbeSlow,
-    /// Every probe slot was held past the probe lease: taken for slow.
+    /// A probe was out longer than the probe lease: taken for slow.
     ProbeLeaseExpired,
     /// `success_to_close` consecutive good probes.
     ProbesSucceeded,
@@ -89,8 +89,12 @@ pub struct Transition {
 }
 
 /// Why `allow` said no.
+// A whole word, like every field of a permit: in `Result<Permit, Rejected>`
+// the rejection shares the permit's bytes, and a one-byte field overlapping
+// part of a permit's word sends the permit through memory on the hot path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[repr(u64)]
 pub enum RejectReason {
     /// The breaker is OPEN and its backoff has not run out.
     Open,
@@ -177,6 +181,11 @@ pub struct WindowStats {
     /// Calls still in flight at window close that had already run longer
     /// than the threshold (in-flight tracking only; also in `calls`/`slow`).
     pub in_flight_slow: u64,
+    /// Verdicts (and cancellations) of permits admitted in an earlier
+    /// generation, before a transition: counted here, apart from `calls`,
+    /// and never judged, so calls from before a trip or a recovery never
+    /// decide the windows after it.
+    pub stale: u64,
     /// When the window closed, since the breaker was built.
     pub closed_at: Duration,
     /// The window's latency quantiles (of calls that returned), `None` for
@@ -274,8 +283,12 @@ pub struct Snapshot {
     pub window: WindowStats,
     /// Calls a metrics-only breaker admitted that it would have rejected.
     pub shadow_rejections: u64,
-    /// Transition events the listener never got (its queue overflowed).
+    /// Transition events the listener never got: its queue of 64 was full
+    /// (see [`BreakerBuilder::on_transition`]).
     pub events_lost: u64,
+    /// Panics of the listener, caught (the listener's own work for that
+    /// event is lost; delivery goes on with the next event).
+    pub listener_panics: u64,
     /// Time since the breaker was built, on its clock.
     pub uptime: Duration,
     /// Totals over every closed window since the breaker was built.
@@ -336,6 +349,9 @@ pub struct Totals {
     pub slow: u64,
     /// Cancelled permits.
     pub cancelled: u64,
+    /// Verdicts of permits from an earlier generation (see
+    /// [`WindowStats::stale`]).
+    pub stale: u64,
 }
 
 /// Error from [`Breaker::local_handle`]: every reserved local shard is taken.
@@ -363,12 +379,14 @@ impl std::error::Error for NoLocalShard {}
 struct TickState {
     /// End of the current window, relative nanoseconds.
     window_end: u64,
-    /// Generation when the current window started: a window is judged only
-    /// if the breaker stayed CLOSED in one generation all through it.
+    /// The generation read just before the last drain of the counters: the
+    /// counts drained at the next close are judged only if the generation is
+    /// still this one after that drain (nothing between two drains straddles
+    /// a transition), whatever the tick cadence.
     window_gen: u32,
     /// Per-window (calls, errors), newest at `ring_pos - 1`.
     ring: Box<[(u32, u32)]>,
-    ring_pos: usize,
+    ring_pos: u32,
     /// The highest time seen by window close (step-back detection).
     high: u64,
     last: WindowStats,
@@ -383,15 +401,15 @@ impl TickState {
     fn push(&mut self, calls: u64, errors: u64) {
         let len = self.ring.len();
         let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
-        self.ring[self.ring_pos] = (narrow(calls), narrow(errors));
-        self.ring_pos = (self.ring_pos + 1) % len;
+        self.ring[self.ring_pos as usize] = (narrow(calls), narrow(errors));
+        self.ring_pos = ((self.ring_pos as usize + 1) % len) as u32;
     }
 
     /// Sum of the newest `n` windows.
     fn sum(&self, n: usize) -> (u64, u64) {
         // The newest `n` are the `n` before `ring_pos`, wrapping: the tail
         // of `[..ring_pos]`, then, if that is too short, the tail of the rest.
-        let (recent, earlier) = self.ring.split_at(self.ring_pos);
+        let (recent, earlier) = self.ring.split_at(self.ring_pos as usize);
         let n = n.min(self.ring.len());
         let from_recent = n.min(recent.len());
         recent[recent.len() - from_recent..]
@@ -412,16 +430,17 @@ pub(crate) struct Inner {
     shift: AtomicU64,
     shards: Shards,
     /// OPEN: when the next probe may start, when it opened, and the
-    /// generation these two belong to (published after the CAS, under
-    /// `publish`).
+    /// generation these two belong to (published after the CAS, under the
+    /// `flaps` lock).
     deadline: AtomicU64,
     opened_at: AtomicU64,
     deadline_gen: AtomicU64,
-    publish: Mutex<()>,
-    /// HALF_OPEN: when the last probe slot was taken.
-    probe_taken_at: AtomicU64,
-    /// In-flight epochs below this were counted by window close.
-    claimed: AtomicU64,
+    /// HALF_OPEN: one lease per probe slot (see [`Lease`]).
+    leases: Box<[Lease]>,
+    /// In-flight tracking: the epoch of the last window close. A call never
+    /// takes an earlier epoch (after a backward clock step it would look
+    /// older than it is).
+    flight_floor: AtomicU64,
     trip_count: AtomicU64,
     shadow_rejections: AtomicU64,
     rng: AtomicU64,
@@ -431,8 +450,29 @@ pub(crate) struct Inner {
     events: Events,
     name: Option<Box<str>>,
     /// Times of recent re-opens (a ring of `flap_cycles + 1`), and the flag.
+    /// Its lock also serialises the publication of OPEN deadlines.
     flaps: Mutex<Flaps>,
     flapping: crate::sync::AtomicBool,
+}
+
+/// The lease of one probe slot: which round holds it and since when.
+///
+/// `tag` is 0 when free, [`Lease::CLAIMING`] while a probe stamps it, else
+/// the full generation (see [`StateCell::full_generation`]) of the HALF_OPEN
+/// round whose probe holds it. A probe takes an entry after the CAS that gave
+/// it a slot, with its own admission time, and frees it before the CAS that
+/// returns the slot; an entry of an earlier round is free for the taking
+/// (its probe is stale). So an entry tagged with the current round always
+/// carries the admission time of the probe that holds it.
+#[derive(Debug)]
+struct Lease {
+    tag: AtomicU64,
+    since: AtomicU64,
+}
+
+impl Lease {
+    const FREE: u64 = 0;
+    const CLAIMING: u64 = u64::MAX;
 }
 
 #[derive(Debug)]
@@ -496,26 +536,44 @@ impl fmt::Debug for Breaker {
 }
 
 /// What a permit is, in one word (a plain `u64` keeps the permit free of
-/// enum niches, so it moves in whole registers): a probe's generation
-/// (below 2^30), or one of two markers.
+/// enum niches, so it moves in whole registers): the generation bits of the
+/// state word it was admitted under (in place, [`GEN_MASK`]), its kind in
+/// bits 0–1, and for a probe its lease entry + 1 (0: none) in bits 2–10.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Kind(u64);
+struct Tag(u64);
 
-impl Kind {
+impl Tag {
+    const KIND: u64 = 0b11;
+    const NORMAL: u64 = 0;
+    const PROBE: u64 = 1;
     /// Measures nothing (disabled).
-    const DISABLED: Kind = Kind(u64::MAX);
-    /// An ordinary call.
-    const NORMAL: Kind = Kind(u64::MAX - 1);
+    const DISABLED: Tag = Tag(2);
 
-    /// A HALF_OPEN probe of generation `gen`.
-    fn probe(gen: u32) -> Kind {
-        Kind(u64::from(gen))
+    /// An ordinary call admitted under `word`.
+    #[inline(always)]
+    fn normal(word: Word) -> Tag {
+        Tag(word.0 & GEN_MASK)
     }
 
-    /// The generation, if this is a probe.
+    /// A HALF_OPEN probe admitted under `word`, holding lease entry
+    /// `lease − 1` (0: none).
+    fn probe(word: Word, lease: usize) -> Tag {
+        Tag(word.0 & GEN_MASK | Self::PROBE | (lease as u64) << 2)
+    }
+
     #[inline(always)]
-    fn probe_generation(self) -> Option<u32> {
-        u32::try_from(self.0).ok()
+    fn kind(self) -> u64 {
+        self.0 & Self::KIND
+    }
+
+    fn lease(self) -> usize {
+        ((self.0 >> 2) & 0x1ff) as usize
+    }
+
+    /// Whether `word` is still in the generation this permit was admitted in.
+    #[inline(always)]
+    fn is_current(self, word: Word) -> bool {
+        (word.0 ^ self.0) & GEN_MASK == 0
     }
 }
 
@@ -541,6 +599,7 @@ impl Breaker {
 
     pub(crate) fn from_config(
         config: Config,
+        sizes: Sizes,
         clock: ClockSource,
         listener: Option<Listener>,
         register: bool,
@@ -548,19 +607,25 @@ impl Breaker {
     ) -> Self {
         static SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let origin = clock.nanos_of(clock.raw());
-        let ring = vec![(0, 0); config.ring_len].into_boxed_slice();
-        let flap_times = vec![u64::MAX; config.flap_cycles + 1].into_boxed_slice();
-        let local_free = if config.local_handles == 64 {
+        let ring = vec![(0, 0); sizes.ring_len].into_boxed_slice();
+        let flap_times = vec![u64::MAX; config.flap_cycles as usize + 1].into_boxed_slice();
+        let local_free = if sizes.local_handles == 64 {
             u64::MAX
         } else {
-            (1u64 << config.local_handles) - 1
+            (1u64 << sizes.local_handles) - 1
         };
+        let leases = (0..config.probes)
+            .map(|_| Lease {
+                tag: AtomicU64::new(Lease::FREE),
+                since: AtomicU64::new(0),
+            })
+            .collect();
         let seed = splitmix(origin ^ SEEDS.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed));
         let inner = Arc::new(Inner {
             state: StateCell::new(),
             shards: Shards::new(
-                config.shards,
-                config.local_handles,
+                sizes.shards,
+                sizes.local_handles,
                 config.track_in_flight,
                 config.threshold_ns,
             ),
@@ -584,9 +649,8 @@ impl Breaker {
             deadline: AtomicU64::new(0),
             opened_at: AtomicU64::new(0),
             deadline_gen: AtomicU64::new(u64::MAX),
-            publish: Mutex::new(()),
-            probe_taken_at: AtomicU64::new(0),
-            claimed: AtomicU64::new(0),
+            leases,
+            flight_floor: AtomicU64::new(0),
             trip_count: AtomicU64::new(0),
             shadow_rejections: AtomicU64::new(0),
             rng: AtomicU64::new(seed),
@@ -613,7 +677,9 @@ impl Breaker {
     /// probe): route the call to the fallback.
     ///
     /// In CLOSED this is one atomic load and one read of the clock; it never
-    /// blocks, allocates or makes a system call in any state.
+    /// blocks, allocates, makes a system call or runs user code (a
+    /// transition it makes is delivered to the listener later, see
+    /// [`BreakerBuilder::on_transition`]) in any state.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build().unwrap();
@@ -628,8 +694,10 @@ impl Breaker {
     }
 
     /// Closes every window that is due at the clock's now, moves an OPEN
-    /// breaker whose backoff ran out to HALF_OPEN, and re-opens a HALF_OPEN
-    /// breaker whose probes all outlived their lease.
+    /// breaker whose backoff ran out to HALF_OPEN, re-opens a HALF_OPEN
+    /// breaker with a probe out past its lease, and then delivers the
+    /// transition events waiting for the listener (see
+    /// [`BreakerBuilder::on_transition`]).
     ///
     /// A running [`Ticker`](crate::Ticker) calls this for every live
     /// breaker; call it yourself when your runtime owns the timers, or in
@@ -674,6 +742,8 @@ impl Breaker {
     }
 
     /// Rejects every call until [`reset`](Self::reset) (or another override).
+    /// Like every override, it changes nothing (no transition, no event)
+    /// when its mode is already in force.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build().unwrap();
@@ -710,7 +780,8 @@ impl Breaker {
 
     /// Shadow mode: measures and decides as usual, reports what it would do
     /// ([`state`](Self::state), [`Snapshot::shadow_rejections`]) and never
-    /// rejects. Starts from CLOSED.
+    /// rejects. Starts from CLOSED; does nothing if already in shadow mode
+    /// (the shadow state goes on).
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build().unwrap();
@@ -726,7 +797,9 @@ impl Breaker {
     }
 
     /// Back to normal operation: CLOSED, no override, backoff level 0, no
-    /// breach windows counted.
+    /// breach windows counted. On a breaker already CLOSED with no override
+    /// it is not a transition (no event, no new generation: the window in
+    /// progress is judged as usual); it only clears the breach count.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build().unwrap();
@@ -820,15 +893,15 @@ impl Breaker {
     /// Bytes this breaker holds: its own struct, its counter shards (with
     /// their latency buckets), its rolling-window ring, its flapping ring,
     /// its event queue and its name. On x86-64 at the default settings that
-    /// is 760 bytes plus 640 bytes per shared shard (2,040 bytes with the 2
+    /// is 752 bytes plus 640 bytes per shared shard (2,032 bytes with the 2
     /// shards of a 2-core machine, so 50 consumers take 100 KB); each
-    /// reserved local handle adds about 3.4 KB, in-flight tracking 128 bytes
+    /// reserved local handle adds about 3.4 KB, in-flight tracking 136 bytes
     /// per shard, a listener (or the `tracing` feature) a 64-event queue of
-    /// about 3 KB. A listener's own captures are not counted.
+    /// about 2 KB. A listener's own captures are not counted.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().shards(2).build().unwrap();
-    /// // 2,040 bytes on x86-64; about 3 KB more with the `tracing` feature.
+    /// // 2,032 bytes on x86-64; about 2 KB more with the `tracing` feature.
     /// assert!(b.memory_bytes() < 8 * 1024);
     /// ```
     pub fn memory_bytes(&self) -> usize {
@@ -850,9 +923,10 @@ impl Breaker {
 struct Core<'a> {
     inner: &'a Inner,
     start: u64,
-    kind: Kind,
-    /// In-flight epoch + 1, or 0 when not tracked.
-    epoch: u64,
+    tag: Tag,
+    /// An ordinary call: `(in-flight epoch + 1) << 10 | shard`, or 0 when
+    /// not tracked. A probe: its round's full generation.
+    aux: u64,
 }
 
 /// Where a verdict is counted.
@@ -879,6 +953,13 @@ impl Sink<'_> {
             Sink::Local(shard) => shard.cancel(),
         }
     }
+
+    fn stale(self, inner: &Inner) {
+        match self {
+            Sink::Shared => inner.shards.mine().stale(),
+            Sink::Local(shard) => shard.stale(),
+        }
+    }
 }
 
 impl Core<'_> {
@@ -891,51 +972,79 @@ impl Core<'_> {
     /// call as slow (then it must not be counted again).
     #[inline(always)]
     fn leave_flight(&self) -> bool {
-        if self.epoch == 0 {
+        if self.aux == 0 {
             return true;
         }
-        self.inner.leave_flight(self.epoch - 1)
+        self.inner.leave_flight(self.aux)
+    }
+
+    /// Whether this probe's round is still the current one.
+    fn probe_is_current(&self) -> bool {
+        let state = &self.inner.state;
+        state.full_generation(state.load()) == self.aux
     }
 
     #[inline(always)]
     fn finish(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
-        let slow = latency_ns > self.inner.config.threshold_ns;
-        if self.kind == Kind::NORMAL {
-            if self.leave_flight() {
+        if self.tag.kind() != Tag::NORMAL {
+            return self.finish_other(latency_ns, ok, sink);
+        }
+        if self.leave_flight() {
+            if self.tag.is_current(self.inner.state.load()) {
+                let slow = latency_ns > self.inner.config.threshold_ns;
                 sink.record(self.inner, latency_ns, !ok, slow);
+            } else {
+                sink.stale(self.inner);
             }
+        }
+    }
+
+    /// `finish` for a probe (which decides its round) or a disabled permit
+    /// (which measures nothing).
+    #[inline(never)]
+    fn finish_other(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
+        if self.tag.kind() != Tag::PROBE {
             return;
         }
-        // Disabled permits measure nothing; a probe decides its round.
-        if let Some(gen) = self.kind.probe_generation() {
+        let slow = latency_ns > self.inner.config.threshold_ns;
+        if self.probe_is_current() {
             sink.record(self.inner, latency_ns, !ok, slow);
-            let outcome = match (ok, slow) {
-                (false, _) => ProbeOutcome::Failed,
-                (true, true) => ProbeOutcome::Slow,
-                (true, false) => ProbeOutcome::Good,
-            };
-            self.inner.probe_verdict(gen, outcome);
+        } else {
+            sink.stale(self.inner);
         }
+        let outcome = match (ok, slow) {
+            (false, _) => ProbeOutcome::Failed,
+            (true, true) => ProbeOutcome::Slow,
+            (true, false) => ProbeOutcome::Good,
+        };
+        self.inner.probe_verdict(self.aux, self.tag.lease(), outcome);
     }
 
     #[cold]
     fn cancel(&self, sink: Sink<'_>) {
-        if self.kind == Kind::DISABLED {
+        if self.tag == Tag::DISABLED {
             return;
         }
         match self.inner.config.cancel {
             CancelPolicy::Failure => self.finish(self.measured(), false, sink),
-            CancelPolicy::Cancelled => match self.kind.probe_generation() {
-                Some(gen) => {
+            CancelPolicy::Cancelled if self.tag.kind() == Tag::PROBE => {
+                if self.probe_is_current() {
                     sink.cancel(self.inner);
-                    self.inner.probe_verdict(gen, ProbeOutcome::Cancelled);
+                } else {
+                    sink.stale(self.inner);
                 }
-                None => {
-                    if self.leave_flight() {
+                self.inner
+                    .probe_verdict(self.aux, self.tag.lease(), ProbeOutcome::Cancelled);
+            }
+            CancelPolicy::Cancelled => {
+                if self.leave_flight() {
+                    if self.tag.is_current(self.inner.state.load()) {
                         sink.cancel(self.inner);
+                    } else {
+                        sink.stale(self.inner);
                     }
                 }
-            },
+            }
         }
     }
 }
@@ -970,7 +1079,7 @@ impl Permit<'_> {
     #[inline(always)]
     pub fn record(self, ok: bool) {
         let this = ManuallyDrop::new(self);
-        if this.core.kind != Kind::DISABLED {
+        if this.core.tag != Tag::DISABLED {
             this.core.finish(this.core.measured(), ok, Sink::Shared);
         }
     }
@@ -996,7 +1105,7 @@ impl Permit<'_> {
     /// assert!(!b.allow().unwrap().is_probe());
     /// ```
     pub fn is_probe(&self) -> bool {
-        self.core.kind.probe_generation().is_some()
+        self.core.tag.kind() == Tag::PROBE
     }
 }
 
@@ -1009,7 +1118,7 @@ impl Drop for Permit<'_> {
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
-            .field("kind", &self.core.kind)
+            .field("tag", &self.core.tag)
             .finish_non_exhaustive()
     }
 }
@@ -1110,7 +1219,7 @@ impl LocalPermit<'_> {
     #[inline(always)]
     pub fn record(self, ok: bool) {
         let this = ManuallyDrop::new(self);
-        if this.core.kind != Kind::DISABLED {
+        if this.core.tag != Tag::DISABLED {
             this.core
                 .finish(this.core.measured(), ok, Sink::Local(this.handle.shard()));
         }
@@ -1140,7 +1249,7 @@ impl LocalPermit<'_> {
     /// assert!(!b.local_handle().unwrap().allow().unwrap().is_probe());
     /// ```
     pub fn is_probe(&self) -> bool {
-        self.core.kind.probe_generation().is_some()
+        self.core.tag.kind() == Tag::PROBE
     }
 }
 
@@ -1153,7 +1262,7 @@ impl Drop for LocalPermit<'_> {
 impl fmt::Debug for LocalPermit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalPermit")
-            .field("kind", &self.core.kind)
+            .field("tag", &self.core.tag)
             .finish_non_exhaustive()
     }
 }
@@ -1186,7 +1295,7 @@ impl Inner {
     fn admit(&self) -> Result<Core<'_>, Rejected> {
         let word = self.state.load();
         if word.0 & FAST_PATH_MASK == 0 {
-            return Ok(self.normal_permit());
+            return Ok(self.normal_permit(word));
         }
         if word.0 & FAST_PATH_MASK == OPEN_NORMAL {
             if let Some(rejected) = self.reject_open_fast(word) {
@@ -1214,10 +1323,11 @@ impl Inner {
         })
     }
 
+    /// An ordinary permit, admitted under `word`.
     #[inline(always)]
-    fn normal_permit(&self) -> Core<'_> {
+    fn normal_permit(&self, word: Word) -> Core<'_> {
         let start = self.clock.raw();
-        let epoch = if self.config.track_in_flight {
+        let aux = if self.config.track_in_flight {
             self.enter_flight(start)
         } else {
             0
@@ -1225,11 +1335,12 @@ impl Inner {
         Core {
             inner: self,
             start,
-            kind: Kind::NORMAL,
-            epoch,
+            tag: Tag::normal(word),
+            aux,
         }
     }
 
+    #[cold]
     #[inline(never)]
     fn admit_slow(&self, mut word: Word) -> Result<Core<'_>, Rejected> {
         loop {
@@ -1238,8 +1349,8 @@ impl Inner {
                     return Ok(Core {
                         inner: self,
                         start: 0,
-                        kind: Kind::DISABLED,
-                        epoch: 0,
+                        tag: Tag::DISABLED,
+                        aux: 0,
                     })
                 }
                 Mode::ForcedOpen => {
@@ -1248,11 +1359,11 @@ impl Inner {
                         retry_after_ns: u64::MAX,
                     })
                 }
-                Mode::ForcedClosed => return Ok(self.normal_permit()),
+                Mode::ForcedClosed => return Ok(self.normal_permit(word)),
                 Mode::Normal | Mode::MetricsOnly => {}
             }
             let verdict = match word.state() {
-                State::Closed => return Ok(self.normal_permit()),
+                State::Closed => return Ok(self.normal_permit(word)),
                 State::Open => self.admit_open(word),
                 State::HalfOpen => self.admit_half_open(word),
             };
@@ -1262,7 +1373,7 @@ impl Inner {
                 Admit::Reject(rejected) => {
                     if word.mode() == Mode::MetricsOnly {
                         self.shadow_rejections.fetch_add(1, Ordering::Relaxed);
-                        return Ok(self.normal_permit());
+                        return Ok(self.normal_permit(word));
                     }
                     return Err(rejected);
                 }
@@ -1298,10 +1409,6 @@ impl Inner {
                 retry_after_ns: deadline - now,
             });
         }
-        // Stamp the lease before taking the slot: whoever sees the slot taken
-        // also sees a stamp at least this new (a loser's stamp only makes
-        // the lease later, never earlier).
-        self.probe_taken_at.fetch_max(now, Ordering::AcqRel);
         let (_, stored, ()) = self.state.update(|w| {
             if w != word {
                 return Decision::Keep(());
@@ -1310,28 +1417,23 @@ impl Inner {
         });
         match stored {
             Some(next) => {
-                self.announce(word, next, Reason::BackoffElapsed, now);
-                Admit::Probe(Core {
-                    inner: self,
-                    start: raw,
-                    kind: Kind::probe(next.generation()),
-                    epoch: 0,
-                })
+                self.note(word, next, Reason::BackoffElapsed, now);
+                Admit::Probe(self.probe_permit(next, raw, now))
             }
             None => Admit::Retry(self.state.load()),
         }
     }
 
-    /// HALF_OPEN: take a probe slot if one is free (atomically: a caller
-    /// that loses the race for the last slot is rejected, never admitted
-    /// without one).
+    /// HALF_OPEN: re-open if a probe of this round has outlived its lease;
+    /// otherwise take a probe slot if one is free (atomically: a caller that
+    /// loses the race for the last slot is rejected, never admitted without
+    /// one).
     fn admit_half_open(&self, word: Word) -> Admit<'_> {
         let limit = self.config.probes;
         let raw = self.clock.raw();
         let now = self.now_from_raw(raw);
-        if word.probes() < limit {
-            // As in `admit_open`: stamp before the slot can be seen taken.
-            self.probe_taken_at.fetch_max(now, Ordering::AcqRel);
+        if self.lease_expired(word, now) {
+            return Admit::Retry(self.state.load());
         }
         let (seen, stored, ()) = self.state.update(|w| {
             if w.state() != State::HalfOpen || w.generation() != word.generation() || w.probes() >= limit {
@@ -1340,19 +1442,10 @@ impl Inner {
             Decision::Set(w.with_probes(w.probes() + 1), ())
         });
         if let Some(next) = stored {
-            return Admit::Probe(Core {
-                inner: self,
-                start: raw,
-                kind: Kind::probe(next.generation()),
-                epoch: 0,
-            });
+            return Admit::Probe(self.probe_permit(next, raw, now));
         }
         if seen.state() != State::HalfOpen || seen.generation() != word.generation() {
             return Admit::Retry(seen);
-        }
-        if self.lease_expired(seen, now) {
-            self.events.deliver();
-            return Admit::Retry(self.state.load());
         }
         Admit::Reject(Rejected {
             reason: RejectReason::ProbesBusy,
@@ -1360,26 +1453,81 @@ impl Inner {
         })
     }
 
-    /// If every probe slot of `word`'s generation has been held past the
-    /// lease, re-open (a probe that has not answered within the lease is
-    /// slower than the threshold). Returns whether it did; the event is
-    /// queued, and the caller delivers it once it holds no lock.
-    fn lease_expired(&self, word: Word, now: u64) -> bool {
-        if word.state() != State::HalfOpen || word.probes() < self.config.probes {
-            return false;
+    /// The permit of a probe whose slot the CAS to `word` took: its lease
+    /// starts now, at its own admission (`raw`, `now`), whatever the word
+    /// the caller loaded before said.
+    fn probe_permit(&self, word: Word, raw: u64, now: u64) -> Core<'_> {
+        let round = self.state.full_generation(word);
+        let lease = self.take_lease(round, now);
+        Core {
+            inner: self,
+            start: raw,
+            tag: Tag::probe(word, lease),
+            aux: round,
         }
-        let taken = self.probe_taken_at.load(Ordering::Acquire);
-        if now < taken.saturating_add(self.config.lease_ns) {
-            return false;
-        }
-        self.reopen(word.generation(), Reason::ProbeLeaseExpired, now)
     }
 
-    /// HALF_OPEN → OPEN with the next backoff, if still in generation `gen`;
-    /// queues the event without delivering it.
-    fn reopen(&self, gen: u32, reason: Reason, now: u64) -> bool {
+    /// Takes a free lease entry (or one of an earlier round) for a probe of
+    /// `round` admitted at `now`; returns its index + 1, or 0 if the round is
+    /// already over (the probe is stale and needs none).
+    fn take_lease(&self, round: u64, now: u64) -> usize {
+        let mut backoff = 0;
+        loop {
+            for (i, lease) in self.leases.iter().enumerate() {
+                let tag = lease.tag.load(Ordering::Acquire);
+                if tag == Lease::CLAIMING || (tag != Lease::FREE && tag >= round) {
+                    continue;
+                }
+                if lease
+                    .tag
+                    .compare_exchange(tag, Lease::CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    lease.since.store(now, Ordering::Release);
+                    lease.tag.store(round, Ordering::Release);
+                    return i + 1;
+                }
+            }
+            // Every entry is this round's or being stamped: a probe of an
+            // earlier round is stamping the one this round will find free
+            // (its slot count guarantees one), unless the round is over.
+            let w = self.state.load();
+            if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
+                return 0;
+            }
+            crate::sync::spin(&mut backoff);
+        }
+    }
+
+    /// Frees lease entry `lease − 1` if round `round` still holds it.
+    fn release_lease(&self, lease: usize, round: u64) {
+        if let Some(entry) = lease.checked_sub(1).and_then(|i| self.leases.get(i)) {
+            let _ = entry
+                .tag
+                .compare_exchange(round, Lease::FREE, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// If a probe of `word`'s round has been out longer than the lease,
+    /// re-open (a probe that has not answered within the lease is slower
+    /// than the threshold). Returns whether it did; the event is queued.
+    fn lease_expired(&self, word: Word, now: u64) -> bool {
+        if word.state() != State::HalfOpen || word.probes() == 0 {
+            return false;
+        }
+        let round = self.state.full_generation(word);
+        let lease_ns = self.config.lease_ns;
+        let expired = self.leases.iter().any(|l| {
+            l.tag.load(Ordering::Acquire) == round && now >= l.since.load(Ordering::Acquire).saturating_add(lease_ns)
+        });
+        expired && self.reopen(round, Reason::ProbeLeaseExpired, now)
+    }
+
+    /// HALF_OPEN → OPEN with the next backoff, if still in round `round`;
+    /// queues the event.
+    fn reopen(&self, round: u64, reason: Reason, now: u64) -> bool {
         let (seen, stored, ()) = self.state.update(|w| {
-            if w.state() != State::HalfOpen || w.generation() != gen {
+            if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
                 return Decision::Keep(());
             }
             let level = w.level().saturating_add(1).min(MAX_LEVEL);
@@ -1394,11 +1542,15 @@ impl Inner {
         }
     }
 
-    fn probe_verdict(&self, gen: u32, outcome: ProbeOutcome) {
+    /// A probe of `round` (lease entry `lease − 1`) has its verdict. Its lease
+    /// is freed first, then its slot returned (or the round decided): so an
+    /// entry of the current round always belongs to a probe still out.
+    fn probe_verdict(&self, round: u64, lease: usize, outcome: ProbeOutcome) {
+        self.release_lease(lease, round);
         let successes = self.config.successes;
         let (seen, stored, reason) = self.state.update(|w| {
-            if w.state() != State::HalfOpen || w.generation() != gen {
-                // A verdict from an earlier generation decides nothing.
+            if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
+                // A verdict from an earlier round decides nothing.
                 return Decision::Keep(None);
             }
             let probes = w.probes().saturating_sub(1);
@@ -1424,20 +1576,13 @@ impl Inner {
             }
         });
         if let (Some(next), Some(reason)) = (stored, reason) {
-            self.announce(seen, next, reason, self.now());
+            self.note(seen, next, reason, self.now());
         }
     }
 
     /// After a transition `from` → `to` (already stored): publish an OPEN
-    /// deadline, count a trip, queue the event and deliver events. Called
-    /// with no lock held except possibly the tick lock (then `deliver` is
-    /// left to the caller).
-    fn announce(&self, from: Word, to: Word, reason: Reason, now: u64) {
-        self.note(from, to, reason, now);
-        self.events.deliver();
-    }
-
-    /// `announce` without delivering.
+    /// deadline, count a trip or a flap, and queue the event. Never calls
+    /// the listener: delivery is for the cold paths (`tick`, overrides).
     fn note(&self, from: Word, to: Word, reason: Reason, now: u64) {
         if from.state() == State::HalfOpen && to.state() == State::Open {
             // One OPEN -> HALF_OPEN -> OPEN cycle.
@@ -1445,7 +1590,7 @@ impl Inner {
             let pos = flaps.pos;
             flaps.times[pos] = now;
             flaps.pos = (pos + 1) % flaps.times.len();
-            if flaps.count(now, self.config.flap_ns) > self.config.flap_cycles {
+            if flaps.count(now, self.config.flap_ns) > self.config.flap_cycles as usize {
                 self.flapping.store(true, Ordering::Release);
             }
         }
@@ -1454,7 +1599,7 @@ impl Inner {
             let backoff = self.config.backoff_ns(to.level());
             let r = splitmix(self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed));
             let d = self.config.jittered(backoff, r);
-            let _guard = self.publish.lock();
+            let _guard = self.flaps.lock();
             // Publish only if no later transition happened meanwhile; under
             // the lock, so a slow publisher cannot overwrite a later one.
             if self.state.load().generation() == to.generation() {
@@ -1477,20 +1622,38 @@ impl Inner {
         }
     }
 
+    /// An override: a transition to `state` / `mode` unless that mode is
+    /// already in force (then nothing changes). Cold path: delivers events.
     fn set_mode(&self, state: State, mode: Mode, reason: Reason) {
-        let (seen, stored, ()) = self.state.update(|w| Decision::Set(w.transition(state, mode), ()));
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.mode() == mode {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.transition(state, mode), ())
+        });
         if let Some(next) = stored {
-            self.announce(seen, next, reason, self.now());
+            self.note(seen, next, reason, self.now());
         }
+        self.events.deliver();
     }
 
+    /// CLOSED with no override, backoff level 0, no breach counted. On a
+    /// breaker already CLOSED with no override that only clears the counts
+    /// (not a transition: the window in progress is still judged).
     fn reset(&self) {
-        let (seen, stored, ()) = self
-            .state
-            .update(|w| Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), ()));
-        if let Some(next) = stored {
-            self.announce(seen, next, Reason::Reset, self.now());
+        let (seen, stored, transition) = self.state.update(|w| {
+            if w.state() == State::Closed && w.mode() == Mode::Normal {
+                if w.breaches() == 0 && w.level() == 0 {
+                    return Decision::Keep(false);
+                }
+                return Decision::Set(w.with_breaches(0).with_level(0), false);
+            }
+            Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), true)
+        });
+        if let (Some(next), true) = (stored, transition) {
+            self.note(seen, next, Reason::Reset, self.now());
         }
+        self.events.deliver();
     }
 
     fn trip_now(&self) {
@@ -1501,8 +1664,9 @@ impl Inner {
             Decision::Set(w.transition(State::Open, w.mode()), ())
         });
         if let Some(next) = stored {
-            self.announce(seen, next, Reason::ManualTrip, self.now());
+            self.note(seen, next, Reason::ManualTrip, self.now());
         }
+        self.events.deliver();
     }
 
     /// Raises `shift` so that the reading `raw` maps to at least `floor`;
@@ -1529,72 +1693,59 @@ impl Inner {
 
     // ---- in-flight tracking ----
 
+    /// Enters a call starting at `start_raw` into its thread's shard's
+    /// in-flight slots: returns `(epoch + 1) << 10 | shard`, or 0 if the
+    /// call is not tracked (see the shard module).
     #[inline]
     fn enter_flight(&self, start_raw: u64) -> u64 {
-        let epoch = self.now_from_raw(start_raw) / self.config.epoch_ns;
-        if let Some(slot) = self.shards.mine().in_flight((epoch % INFLIGHT_SLOTS as u64) as usize) {
-            slot.fetch_add(1, Ordering::AcqRel);
+        let epoch =
+            (self.now_from_raw(start_raw) / self.config.epoch_ns).max(self.flight_floor.load(Ordering::Acquire));
+        let index = self.shards.mine_index();
+        match self.shards.shared()[index].in_flight() {
+            Some(slots) if slots.enter(epoch) => (epoch + 1) << 10 | index as u64,
+            _ => 0,
         }
-        epoch + 1
     }
 
+    /// The call entered as `aux` (see [`enter_flight`](Self::enter_flight))
+    /// returns: false if window close already counted it as slow.
     #[inline]
-    fn leave_flight(&self, epoch: u64) -> bool {
-        if epoch < self.claimed.load(Ordering::Acquire) {
-            return false;
+    fn leave_flight(&self, aux: u64) -> bool {
+        let index = (aux & 0x3ff) as usize;
+        match self.shards.shared()[index].in_flight() {
+            Some(slots) => slots.leave((aux >> 10) - 1),
+            None => true,
         }
-        if let Some(slot) = self.shards.mine().in_flight((epoch % INFLIGHT_SLOTS as u64) as usize) {
-            slot.fetch_sub(1, Ordering::AcqRel);
-        }
-        true
     }
 
     /// Counts (and claims) the calls still in flight that started in an
-    /// epoch wholly older than `now − threshold`. Every count taken comes
-    /// from a call at least that old: a slot of epoch `e` can hold calls of
-    /// `e` or of older epochs that aliased onto it, never younger ones,
-    /// because at most `INFLIGHT_SLOTS` unclaimed epochs are read.
+    /// epoch wholly older than `now − threshold`; from here on no call takes
+    /// an epoch before `now`'s.
     fn claim_in_flight(&self, now: u64) -> u64 {
         let g = self.config.epoch_ns;
+        self.flight_floor.fetch_max(now / g, Ordering::SeqCst);
         let target = now.saturating_sub(self.config.threshold_ns) / g;
-        let current = now / g;
-        let claimed = self.claimed.load(Ordering::Acquire);
-        let start = claimed.max(current.saturating_sub(INFLIGHT_SLOTS as u64 - 1));
-        if target <= start {
-            if target > claimed {
-                self.claimed.store(target, Ordering::Release);
-            }
-            return 0;
-        }
-        // Claim first, then take: a verdict that still sees the old mark
-        // subtracts before the take (counted once, as a completed call).
-        self.claimed.store(target, Ordering::SeqCst);
-        let mut total: i64 = 0;
-        for e in start..target {
-            let slot = (e % INFLIGHT_SLOTS as u64) as usize;
-            for shard in self.shards.shared() {
-                if let Some(cell) = shard.in_flight(slot) {
-                    total = total.wrapping_add(cell.swap(0, Ordering::AcqRel) as i64);
-                }
-            }
-        }
-        total.max(0) as u64
+        self.shards
+            .shared()
+            .iter()
+            .filter_map(|s| s.in_flight())
+            .map(|slots| slots.claim(target))
+            .sum()
     }
 
     // ---- window close ----
 
+    /// Closes due windows, then delivers waiting events (whatever made them:
+    /// this tick, or `allow` and `record` since the last one).
     fn tick(&self) {
         let mut ts = self.tick.lock();
-        let delivered = self.tick_locked(&mut ts);
+        self.tick_locked(&mut ts);
         drop(ts);
-        if delivered {
-            self.events.deliver();
-        }
+        self.events.deliver();
     }
 
-    /// Returns whether events may be waiting for delivery; also the
-    /// nanoseconds until something is next due, for the ticker.
-    fn tick_locked(&self, ts: &mut TickState) -> bool {
+    /// The work of a tick, under the tick lock.
+    fn tick_locked(&self, ts: &mut TickState) {
         let raw = self.clock.raw();
         let signed = self.signed_now(raw);
         let now = if signed < ts.high as i64 {
@@ -1603,7 +1754,6 @@ impl Inner {
             signed as u64
         };
         ts.high = now;
-        let mut noted = false;
 
         // OPEN whose backoff ran out: HALF_OPEN now, even with no caller.
         let word = self.state.load();
@@ -1620,21 +1770,20 @@ impl Inner {
             });
             if let Some(next) = stored {
                 self.note(word, next, Reason::BackoffElapsed, now);
-                noted = true;
             }
         }
-        // HALF_OPEN with every slot held past the lease.
-        noted |= self.lease_expired(self.state.load(), now);
+        // HALF_OPEN with a probe out past its lease.
+        self.lease_expired(self.state.load(), now);
 
         if self.flapping.load(Ordering::Relaxed)
-            && self.flaps.lock().count(now, self.config.flap_ns) <= self.config.flap_cycles
+            && self.flaps.lock().count(now, self.config.flap_ns) <= self.config.flap_cycles as usize
         {
             self.flapping.store(false, Ordering::Release);
         }
 
         // Windows.
         if now < ts.window_end {
-            return noted;
+            return;
         }
         let w = self.config.window_ns;
         let due = (now - ts.window_end) / w + 1;
@@ -1642,33 +1791,49 @@ impl Inner {
         // the rest of a long gap is skipped in one step.
         let run = due.min(ts.ring.len() as u64 + 2);
         ts.window_end = ts.window_end.saturating_add((due - run).saturating_mul(w));
+
+        // What was recorded since the last drain is attributed to the newest
+        // window due; any earlier due windows were empty. It is judged only
+        // if no transition happened between the last drain and this one:
+        // the generation read after this drain must be the one read before
+        // the last (`window_gen`), and the one read before this drain is kept
+        // for the next. So a span that straddles a transition is never
+        // judged, however many windows one tick closes.
+        let before = self.state.load().generation();
+        let mut counts = Counts::default();
+        // The window's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
+        // the stack, and only if the window has calls.
+        let mut hist: Option<Histogram> = None;
+        self.shards.drain(&mut counts, |key, n| {
+            hist.get_or_insert_with(Histogram::new)
+                .add((key - crate::shard::KEY_OFFSET) as usize, n)
+        });
+        let latency = hist.as_ref().and_then(Histogram::quantiles);
+        let in_flight = if self.config.track_in_flight {
+            self.claim_in_flight(now)
+        } else {
+            0
+        };
+        let after = self.state.load();
+        let mut judged = after.state() == State::Closed
+            && matches!(after.mode(), Mode::Normal | Mode::MetricsOnly)
+            && after.generation() == ts.window_gen;
         for i in 0..run {
-            let mut counts = Counts::default();
-            let mut in_flight = 0;
-            let mut latency = None;
-            // What was recorded since the last tick is attributed to the
-            // newest window due; any earlier due windows were empty.
-            if i + 1 == run {
-                // The window's histogram: DDSketch keys (γ = 2^(1/8)) and
-                // counts, on the stack, and only if the window has calls.
-                let mut hist: Option<Histogram> = None;
-                self.shards.drain(&mut counts, |key, n| {
-                    hist.get_or_insert_with(Histogram::new)
-                        .add((key - crate::shard::KEY_OFFSET) as usize, n)
-                });
-                latency = hist.as_ref().and_then(Histogram::quantiles);
-                if self.config.track_in_flight {
-                    in_flight = self.claim_in_flight(now);
-                }
-            }
+            let newest = i + 1 == run;
             let closed_at = ts.window_end;
-            noted |= self.close_window(ts, counts, in_flight, latency, closed_at, now);
+            let tripped = if newest {
+                self.close_window(ts, counts, in_flight, latency, closed_at, now, judged)
+            } else {
+                self.close_window(ts, Counts::default(), 0, None, closed_at, now, judged)
+            };
+            judged &= !tripped;
             ts.window_end = ts.window_end.saturating_add(w);
         }
-        noted
+        ts.window_gen = before;
     }
 
-    /// Judges one closed window. Returns whether it queued an event.
+    /// Records one closed window and, if `judged`, applies the trip rule to
+    /// it. Returns whether it tripped the breaker.
     #[allow(clippy::too_many_arguments)]
     fn close_window(
         &self,
@@ -1678,6 +1843,7 @@ impl Inner {
         latency: Option<LatencyQuantiles>,
         closed_at: u64,
         now: u64,
+        judged: bool,
     ) -> bool {
         let calls = counts.calls + in_flight;
         let slow = counts.slow + in_flight;
@@ -1687,6 +1853,7 @@ impl Inner {
             slow,
             cancelled: counts.cancelled,
             in_flight_slow: in_flight,
+            stale: counts.stale,
             closed_at: Duration::from_nanos(closed_at),
             latency,
         };
@@ -1694,28 +1861,26 @@ impl Inner {
         ts.totals.errors += counts.errors;
         ts.totals.slow += slow;
         ts.totals.cancelled += counts.cancelled;
-        let word = self.state.load();
-        let judged = word.state() == State::Closed
-            && matches!(word.mode(), Mode::Normal | Mode::MetricsOnly)
-            && word.generation() == ts.window_gen;
+        ts.totals.stale += counts.stale;
         if !judged {
             ts.clear_ring();
-            ts.window_gen = word.generation();
             return false;
         }
         ts.push(calls, counts.errors);
         let c = &self.config;
-        let latency_breach = calls > 0 && calls >= c.min_calls && (slow as f64) > c.slow_fraction * calls as f64;
-        let (roll_calls, roll_errors) = ts.sum(c.error_windows);
+        let latency_breach = calls > 0 && calls >= c.min_calls && exceeds(slow, calls, c.slow_ppb);
+        let (roll_calls, roll_errors) = ts.sum(c.error_windows as usize);
         // A window's errors can include calls counted in the window before
         // (a record straddling window close): never more than its calls.
         let roll_errors = roll_errors.min(roll_calls);
-        let error_trip =
-            roll_calls > 0 && roll_calls >= c.min_calls && (roll_errors as f64) > c.error_rate * roll_calls as f64;
-        let count_trip = c.failure_count.is_some_and(|(n, span)| ts.sum(span).1 >= n);
+        let error_trip = roll_calls > 0 && roll_calls >= c.min_calls && exceeds(roll_errors, roll_calls, c.error_ppb);
+        let count_trip = c
+            .failure_count
+            .is_some_and(|(n, span)| ts.sum(span as usize).1 >= u64::from(n.get()));
 
+        let gen = ts.window_gen;
         let (seen, stored, reason) = self.state.update(|w| {
-            if w.state() != State::Closed || w.generation() != ts.window_gen {
+            if w.state() != State::Closed || w.generation() != gen {
                 return Decision::Keep(None);
             }
             let breaches = if latency_breach {
@@ -1738,13 +1903,9 @@ impl Inner {
                 None => Decision::Keep(None),
             }
         });
-        let current = stored.unwrap_or(seen);
-        if current.generation() != ts.window_gen {
-            ts.clear_ring();
-            ts.window_gen = current.generation();
-        }
         match (stored, reason) {
             (Some(next), Some(reason)) => {
+                ts.clear_ring();
                 self.note(seen, next, reason, now);
                 true
             }
@@ -1786,6 +1947,7 @@ impl Inner {
             window: last,
             shadow_rejections: self.shadow_rejections.load(Ordering::Relaxed),
             events_lost: self.events.lost(),
+            listener_panics: self.events.panics(),
             uptime: Duration::from_nanos(now),
             totals,
             flapping: self.flapping.load(Ordering::Acquire),
@@ -1795,16 +1957,16 @@ impl Inner {
 
     fn limits(&self) -> Limits {
         let c = &self.config;
-        let windows = |n: usize| Duration::from_nanos(c.window_ns.saturating_mul(n as u64));
+        let windows = |n: u32| Duration::from_nanos(c.window_ns.saturating_mul(u64::from(n)));
         Limits {
             window: Duration::from_nanos(c.window_ns),
             latency_threshold: Duration::from_nanos(c.threshold_ns),
-            slow_fraction: c.slow_fraction,
+            slow_fraction: c.slow_ppb as f64 / PPB as f64,
             trip_windows: c.trip_windows,
             min_calls: c.min_calls,
-            error_rate: c.error_rate,
+            error_rate: c.error_ppb as f64 / PPB as f64,
             error_window: windows(c.error_windows),
-            failure_count: c.failure_count.map(|(n, span)| (n, windows(span))),
+            failure_count: c.failure_count.map(|(n, span)| (u64::from(n.get()), windows(span))),
         }
     }
 
@@ -1815,6 +1977,7 @@ impl Inner {
             + self.shards.heap_bytes()
             + ts.ring.len() * core::mem::size_of::<(u32, u32)>()
             + self.flaps.lock().times.len() * core::mem::size_of::<u64>()
+            + self.leases.len() * core::mem::size_of::<Lease>()
             + self.events.heap_bytes()
             + self.name.as_ref().map_or(0, |n| n.len())
     }
@@ -1833,11 +1996,12 @@ impl Inner {
         self.shards.prefetch_marked();
     }
 
-    /// For the ticker: tick, and say how long until the next window end.
+    /// For the ticker: tick, and say how long until the next window end
+    /// (or the end of the backoff, if sooner).
     #[cfg(not(tailguard_loom))]
     pub(crate) fn tick_for_ticker(&self) -> u64 {
         let mut ts = self.tick.lock();
-        let noted = self.tick_locked(&mut ts);
+        self.tick_locked(&mut ts);
         let now = ts.high;
         let mut until = ts.window_end.saturating_sub(now);
         drop(ts);
@@ -1845,9 +2009,7 @@ impl Inner {
         if word.state() == State::Open && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation()) {
             until = until.min(self.deadline.load(Ordering::Acquire).saturating_sub(now));
         }
-        if noted {
-            self.events.deliver();
-        }
+        self.events.deliver();
         until
     }
 }
@@ -1943,6 +2105,15 @@ fn first_window_end(origin: u64, window: u64) -> u64 {
     window - origin.wrapping_add(half) % window + half
 }
 
+/// Parts per billion: the unit of the trip rule's fractions.
+pub(crate) const PPB: u64 = 1_000_000_000;
+
+/// Whether `part` is more than `limit_ppb` parts per billion of `whole`,
+/// exactly (in integers: `1.0 - 0.9` is not `0.1` in floating point).
+fn exceeds(part: u64, whole: u64, limit_ppb: u64) -> bool {
+    u128::from(part) * u128::from(PPB) > u128::from(whole) * u128::from(limit_ppb)
+}
+
 /// One step of SplitMix64: a cheap, well-mixed random number for jitter.
 fn splitmix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -1978,5 +2149,16 @@ mod tests {
                 }
             }
         }
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        use core::mem::size_of;
+        eprintln!("Inner {} Config {} TickState {} WindowStats {} Totals {} ClockSource {} Shards {} Events {} Flaps {} StateCell {}",
+            size_of::<super::Inner>(), size_of::<crate::config::Config>(), size_of::<super::TickState>(), size_of::<super::WindowStats>(),
+            size_of::<super::Totals>(), size_of::<crate::clock::ClockSource>(), size_of::<crate::shard::Shards>(), size_of::<crate::events::Events>(),
+            size_of::<super::Flaps>(), size_of::<crate::state::StateCell>());
     }
 }

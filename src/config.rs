@@ -1,6 +1,6 @@
 //! Configuration: the builder and its validation.
 
-use crate::breaker::{Breaker, Transition};
+use crate::breaker::{Breaker, Transition, PPB};
 use crate::clock::{duration_nanos_saturating, ClockSource};
 use crate::error::{ConfigError, ConfigErrorKind as K};
 use core::fmt;
@@ -184,9 +184,11 @@ impl BreakerBuilder {
     }
 
     /// The latency quantile judged against the threshold (default 0.99).
-    /// Accepted: `0 < q <= 1`. The breach test is exact: the window's `q`
-    /// quantile is above the threshold when more than `(1 − q)` of its calls
-    /// were slow.
+    /// Accepted: `0 < q <= 1`, taken to nine decimal places (0.000000001 is
+    /// the smallest). The breach test is exact, in integers: the window's
+    /// `q` quantile is above the threshold when more than `(1 − q)` of its
+    /// calls were slow, so with `q = 0.9` two slow calls of twenty are not a
+    /// breach and three are.
     ///
     /// ```
     /// let err = tailguard::Breaker::builder().quantile(1.5).build().unwrap_err();
@@ -243,7 +245,8 @@ impl BreakerBuilder {
     }
 
     /// Trip when more than this fraction of the calls in the rolling error
-    /// window failed (default 0.5). Accepted: `0 <= r <= 1`; 1 never trips.
+    /// window failed (default 0.5). Accepted: `0 <= r <= 1`, taken to nine
+    /// decimal places and compared exactly; 1 never trips.
     ///
     /// ```
     /// let err = tailguard::Breaker::builder().error_rate(-0.1).build().unwrap_err();
@@ -395,9 +398,12 @@ impl BreakerBuilder {
     }
 
     /// Count calls still in flight at window close that have already run
-    /// longer than the threshold as slow calls of that window (default
-    /// off; costs `allow` and `record` one more atomic each). A consumer that
-    /// hangs outright then trips the breaker even when no call ever returns.
+    /// longer than the threshold as slow calls of that window, each exactly
+    /// once (default off; costs `allow` and `record` one more CAS each). A
+    /// consumer that hangs outright then trips the breaker even when no call
+    /// ever returns. A call that starts while window closes are late by more
+    /// than a window, or while the clock is behind the last close, is not
+    /// tracked in flight (it is still counted when it returns).
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().track_in_flight(true).build();
@@ -445,14 +451,58 @@ impl BreakerBuilder {
         self
     }
 
-    /// Called with every transition, in generation order, outside any
-    /// critical section; it may call back into the breaker.
+    /// Called with every transition, in generation order (strictly
+    /// increasing generations), outside any lock; it may call back into the
+    /// breaker.
+    ///
+    /// **When.** The listener never runs on the hot path. A transition made
+    /// inside [`Breaker::allow`] or a permit's verdict (OPEN → HALF_OPEN, a
+    /// probe deciding its round) is queued and delivered by the breaker's
+    /// next [`Breaker::tick`], which a running [`Ticker`](crate::Ticker)
+    /// makes at its next window end or backoff end (so within one window of
+    /// the transition), or by the next override call. Transitions made by
+    /// `tick` itself and by the overrides ([`Breaker::force_open`],
+    /// [`Breaker::reset`], ...) are delivered before those calls return,
+    /// on the calling thread, unless another thread is delivering already
+    /// (then it delivers them).
+    ///
+    /// **Loss.** Up to 64 events wait per breaker. Only when 64 are waiting
+    /// is one dropped: the oldest waiting event gives way, together with any
+    /// earlier transition whose event has not been queued yet (its thread
+    /// stopped between the transition and queueing it; that event is dropped
+    /// when it turns up), so the latest transition always reaches the
+    /// listener. That takes 64 transitions between two deliveries: overrides
+    /// called in a tight loop from several threads, or hot-path transitions
+    /// with no tick for a long time. Every dropped event is counted in
+    /// [`Snapshot::events_lost`](crate::Snapshot::events_lost) (Prometheus:
+    /// `breaker_events_lost_total`).
+    ///
+    /// **Panics.** A panic in the listener is caught and counted in
+    /// [`Snapshot::listener_panics`](crate::Snapshot::listener_panics); it
+    /// never unwinds into the breaker, the caller of an override or the
+    /// ticker thread, and delivery goes on with the next event.
     ///
     /// ```
-    /// let b = tailguard::Breaker::builder()
-    ///     .on_transition(|t| println!("{:?} -> {:?}", t.from, t.to))
-    ///     .build();
-    /// assert!(b.is_ok());
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, Breaker, State};
+    ///
+    /// let clock = ManualClock::new();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&seen);
+    /// let b = Breaker::builder()
+    ///     .clock(clock.clone())
+    ///     .success_to_close(1)
+    ///     .on_transition(move |t| sink.lock().unwrap().push(t.to))
+    ///     .build()?;
+    /// b.trip_now(); // an override: delivered before it returns
+    /// assert_eq!(*seen.lock().unwrap(), [State::Open]);
+    /// clock.advance(Duration::from_secs(1));
+    /// b.allow()?.record(true); // OPEN -> HALF_OPEN -> CLOSED on the hot path
+    /// assert_eq!(seen.lock().unwrap().len(), 1); // queued, not yet delivered
+    /// b.tick();
+    /// assert_eq!(*seen.lock().unwrap(), [State::Open, State::HalfOpen, State::Closed]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn on_transition(mut self, listener: impl Fn(&Transition) + Send + Sync + 'static) -> Self {
         self.listener = Some(Box::new(listener));
@@ -513,11 +563,12 @@ impl BreakerBuilder {
     /// ```
     pub fn build(self) -> Result<Breaker, ConfigError> {
         let name = self.name.clone();
-        let (config, clock, listener, register) = self.validate()?;
-        Ok(Breaker::from_config(config, clock, listener, register, name))
+        let (config, sizes, clock, listener, register) = self.validate()?;
+        Ok(Breaker::from_config(config, sizes, clock, listener, register, name))
     }
 
-    fn validate(self) -> Result<(Config, ClockSource, Option<Listener>, bool), ConfigError> {
+    #[allow(clippy::type_complexity)]
+    fn validate(self) -> Result<(Config, Sizes, ClockSource, Option<Listener>, bool), ConfigError> {
         let span = |field, d: Duration, min: Duration, max: Duration| {
             if d.is_zero() {
                 Err(ConfigError::new(field, K::Zero, "must be greater than zero"))
@@ -555,8 +606,13 @@ impl BreakerBuilder {
             MAX_SPAN,
         )?;
         let quantile = fraction("quantile", self.quantile)?;
-        if quantile == 0.0 {
-            return Err(ConfigError::new("quantile", K::OutOfRange, "must lie in (0, 1]"));
+        let quantile_ppb = ppb(quantile);
+        if quantile_ppb == 0 {
+            return Err(ConfigError::new(
+                "quantile",
+                K::OutOfRange,
+                "must lie in (0, 1], at least 0.000000001",
+            ));
         }
         let trip_windows = small("trip_windows", self.trip_windows, 255)?;
         let window_ns = span("window", self.window, MIN_WINDOW, MAX_SPAN)?;
@@ -576,7 +632,10 @@ impl BreakerBuilder {
         };
         let failure_count = match self.failure_count {
             Some((0, _)) => return Err(ConfigError::new("failure_count", K::Zero, "needs at least one failure")),
-            Some((n, within)) => Some((u64::from(n), windows_in("failure_count", within)?)),
+            Some((n, within)) => Some((
+                core::num::NonZeroU32::new(n).expect("zero was refused above"),
+                windows_in("failure_count", within)?,
+            )),
             None => None,
         };
         let base_ns = span("base_backoff", self.base_backoff, Duration::from_nanos(1), MAX_BACKOFF)?;
@@ -620,7 +679,7 @@ impl BreakerBuilder {
         let flap_cycles = match self.flapping.0 {
             0 => return Err(ConfigError::new("flapping", K::Zero, "needs at least one cycle")),
             n if n > 64 => return Err(ConfigError::new("flapping", K::TooLarge, "must be at most 64 cycles")),
-            n => n as usize,
+            n => n,
         };
         let flap_ns = span("flapping", self.flapping.1, Duration::from_nanos(1), MAX_BACKOFF)?;
         // In-flight epochs: the ring of `INFLIGHT_SLOTS` must cover one
@@ -632,14 +691,13 @@ impl BreakerBuilder {
 
         let config = Config {
             threshold_ns,
-            slow_fraction: 1.0 - quantile,
+            slow_ppb: PPB - quantile_ppb,
             trip_windows: trip_windows as u8,
             window_ns,
-            error_rate,
-            error_windows: error_windows as usize,
+            error_ppb: ppb(error_rate),
+            error_windows: error_windows as u32,
             min_calls: self.min_calls,
-            failure_count: failure_count.map(|(n, w)| (n, w as usize)),
-            ring_len,
+            failure_count: failure_count.map(|(n, w)| (n, w as u32)),
             base_ns,
             max_ns,
             jitter,
@@ -649,14 +707,22 @@ impl BreakerBuilder {
             cancel: self.cancel,
             track_in_flight: self.track_in_flight,
             epoch_ns,
-            shards,
-            local_handles: self.local_handles,
             flap_cycles,
             flap_ns,
         };
+        let sizes = Sizes {
+            shards,
+            local_handles: self.local_handles,
+            ring_len,
+        };
         let clock = self.clock.unwrap_or_default();
-        Ok((config, clock, self.listener, self.register_with_ticker))
+        Ok((config, sizes, clock, self.listener, self.register_with_ticker))
     }
+}
+
+/// A fraction in `[0, 1]` as parts per billion, to the nearest.
+fn ppb(fraction: f64) -> u64 {
+    (fraction * PPB as f64).round() as u64
 }
 
 fn default_shards() -> usize {
@@ -677,14 +743,17 @@ fn default_shards() -> usize {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) threshold_ns: u64,
-    pub(crate) slow_fraction: f64,
+    /// A window breaches when more than this many parts per billion of its
+    /// calls are slow: `1 − quantile`.
+    pub(crate) slow_ppb: u64,
     pub(crate) trip_windows: u8,
     pub(crate) window_ns: u64,
-    pub(crate) error_rate: f64,
-    pub(crate) error_windows: usize,
+    /// The error rate in parts per billion.
+    pub(crate) error_ppb: u64,
+    pub(crate) error_windows: u32,
     pub(crate) min_calls: u64,
-    pub(crate) failure_count: Option<(u64, usize)>,
-    pub(crate) ring_len: usize,
+    /// Failures, and the windows they are counted over.
+    pub(crate) failure_count: Option<(core::num::NonZeroU32, u32)>,
     pub(crate) base_ns: u64,
     pub(crate) max_ns: u64,
     pub(crate) jitter: Jitter,
@@ -694,10 +763,20 @@ pub(crate) struct Config {
     pub(crate) cancel: CancelPolicy,
     pub(crate) track_in_flight: bool,
     pub(crate) epoch_ns: u64,
-    pub(crate) shards: usize,
-    pub(crate) local_handles: usize,
-    pub(crate) flap_cycles: usize,
+    pub(crate) flap_cycles: u32,
     pub(crate) flap_ns: u64,
+}
+
+/// The sizes of what a breaker allocates at build, validated with the
+/// configuration (kept apart from it: nothing reads them after the build).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sizes {
+    /// Shared counter shards, a power of two.
+    pub(crate) shards: usize,
+    /// Single-writer shards for owned handles.
+    pub(crate) local_handles: usize,
+    /// Windows the rolling ring keeps.
+    pub(crate) ring_len: usize,
 }
 
 impl Config {

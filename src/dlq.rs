@@ -120,7 +120,7 @@ use core::mem::MaybeUninit;
 use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 
 /// The class of an item; lower classes give way first when the queue is full.
 ///
@@ -448,7 +448,7 @@ impl<T> Ring<T> {
         // Acquire: pairs with the remover's Release store of `seq`, so its
         // read of the previous value happens-before our write.
         while slot.seq.load(Ordering::Acquire) != pos {
-            spin(&mut backoff);
+            crate::sync::spin(&mut backoff);
         }
         slot.value.with_mut(|p| {
             // SAFETY: `fetch_add` gave this thread position `pos` alone, and
@@ -504,39 +504,45 @@ impl<T> Ring<T> {
         }
     }
 
-    /// The consumer's removal from a ring that displacing producers may also
-    /// remove from: like [`take`](Self::take), but an empty ring and a
-    /// pending head are both `None` (the consumer moves on either way), which
-    /// saves two loads per empty class.
-    #[inline]
-    fn pop_shared(&self) -> Option<T> {
+    /// Removes the item at the head for a remover that has already claimed
+    /// one item of this class in the occupancy word: the item exists (its
+    /// producer was admitted), so wait while it is in transit (its producer
+    /// between admission and writing it).
+    fn take_claimed(&self, tail: &AtomicUsize) -> T {
+        let mut backoff = 0;
         loop {
-            let head = self.head.load(Ordering::Acquire);
-            let slot = self.slot(head);
-            let seq = slot.seq.load(Ordering::Acquire);
-            let diff = seq.wrapping_sub(head.wrapping_add(1)) as isize;
-            if diff < 0 {
-                return None;
+            match self.take(tail) {
+                Take::Item(item) => return item,
+                Take::Empty | Take::Pending => crate::sync::spin(&mut backoff),
             }
-            if diff == 0
-                && self
-                    .head
-                    .compare_exchange_weak(head, head.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-            {
-                let item = slot.value.with(|p| {
-                    // SAFETY: as in `take`: `seq == head + 1` (Acquire) says
-                    // the slot holds the initialised item of `head`, and the
-                    // won CAS on `head` makes this thread its only remover.
-                    unsafe { p.read().assume_init() }
-                });
-                slot.seq.store(head.wrapping_add(self.slots.len()), Ordering::Release);
-                return Some(item);
-            }
-            // `head` was stale or the CAS failed: another remover (a
-            // displacing producer) took the head; retry.
-            core::hint::spin_loop();
         }
+    }
+
+    /// Takes the item at position `head`, which the caller saw written, if
+    /// `head` is still the head (no other remover took it meanwhile).
+    #[inline]
+    fn take_at(&self, head: usize) -> Option<T> {
+        self.head
+            .compare_exchange(head, head.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
+            .ok()?;
+        let slot = self.slot(head);
+        let item = slot.value.with(|p| {
+            // SAFETY: the caller saw `seq == head + 1` (Acquire, pairing with
+            // the producer's Release): the slot holds the initialised item of
+            // `head`; winning the CAS on `head` made this thread its only
+            // remover, and no producer writes it before the `seq` store below.
+            unsafe { p.read().assume_init() }
+        });
+        slot.seq.store(head.wrapping_add(self.slots.len()), Ordering::Release);
+        Some(item)
+    }
+
+    /// Whether the head slot holds a written item (for the consumer, which
+    /// only commits to a class whose next item is already written).
+    #[inline]
+    fn head_ready(&self) -> bool {
+        let head = self.head.load(Ordering::Acquire);
+        self.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1)
     }
 
     /// The consumer's removal from a ring that nobody else removes from
@@ -551,24 +557,16 @@ impl<T> Ring<T> {
         }
         let item = slot.value.with(|p| {
             // SAFETY: the caller is the single consumer and this ring is
-            // never displaced from (`displace_below` only visits classes
-            // below the pusher's, never `Critical`), so this thread is the
-            // only remover; `seq == head + 1` (Acquire, pairing with the
-            // producer's Release) says the slot holds the initialised item of
-            // `head`, and no producer writes it before the `seq` store below.
+            // never displaced from (a push only displaces classes below its
+            // own, never `Critical`), so this thread is the only remover;
+            // `seq == head + 1` (Acquire, pairing with the producer's Release)
+            // says the slot holds the initialised item of `head`, and no
+            // producer writes it before the `seq` store below.
             unsafe { p.read().assume_init() }
         });
         slot.seq.store(head.wrapping_add(self.slots.len()), Ordering::Release);
         self.head.store(head.wrapping_add(1), Ordering::Release);
         Some(item)
-    }
-
-    /// Items claimed in this ring and not yet removed (`tail - head`),
-    /// clamped to `cap`.
-    fn depth(&self, tail: &AtomicUsize, cap: usize) -> usize {
-        let head = self.head.load(Ordering::Acquire);
-        let tail = tail.load(Ordering::Acquire);
-        tail.wrapping_sub(head).min(cap)
     }
 
     /// With exclusive access: takes the next remaining item out.
@@ -621,48 +619,65 @@ fn too_large() -> ConfigError {
     )
 }
 
-/// Waits a little for another thread's short critical window to end.
-#[inline]
-fn spin(backoff: &mut u32) {
-    #[cfg(tailguard_loom)]
-    {
-        let _ = backoff;
-        loom::thread::yield_now();
-    }
-    #[cfg(not(tailguard_loom))]
-    {
-        if *backoff < 6 {
-            for _ in 0..(1u32 << *backoff) {
-                core::hint::spin_loop();
-            }
-            *backoff += 1;
-        } else {
-            std::thread::yield_now();
-        }
-    }
-}
+/// Bits per count in the occupancy word.
+const CLASS_BITS: u32 = 21;
+const CLASS_MASK: u64 = (1 << CLASS_BITS) - 1;
+/// Where the total is kept in the occupancy word.
+const TOTAL_SHIFT: u32 = 2 * CLASS_BITS;
+/// The largest capacity a queue accepts (2^21 − 1 items): each count of
+/// the occupancy word must fit in its 21 bits.
+///
+/// ```
+/// use tailguard::dlq::{DeadLetterQueue, MAX_CAPACITY};
+///
+/// assert_eq!(MAX_CAPACITY, 2_097_151);
+/// assert!(DeadLetterQueue::<u8>::with_capacity(MAX_CAPACITY + 1).is_err());
+/// ```
+pub const MAX_CAPACITY: usize = CLASS_MASK as usize;
 
-/// The producers' side, kept in one cache line so that a push's two RMWs
-/// (admission, then tail) hit the same line.
+/// What every push and pop touches, in one cache line.
 struct Hot {
-    /// Items ever admitted (pushes that raised the length), wrapping.
-    admitted: AtomicUsize,
-    /// A past value of `removed` (so `removed_hint <= removed`, up to
-    /// wrapping), refreshed by producers that find the queue looks full:
-    /// admission checks against it first and reads the consumer's `removed`
-    /// line only when the hint says full.
-    removed_hint: AtomicUsize,
+    /// The occupancy word: the items of class `Idle` (bits 0–20), of class
+    /// `Routine` (bits 21–41), and of all classes (bits 42–63; `Critical`
+    /// is the rest), each item counted from the moment its push is admitted
+    /// (even before it is written) until the moment a remover claims it
+    /// (even before it is taken out). Every admission, displacement and
+    /// removal is one CAS on it, so the counts are always exact and an item
+    /// is never in transit between two counters.
+    occupancy: AtomicU64,
     /// The tail of each class ring, indexed by `Priority::index`.
     tails: [AtomicUsize; 3],
 }
 
+/// Items of every class in an occupancy word.
+#[inline]
+fn total(occupancy: u64) -> usize {
+    (occupancy >> TOTAL_SHIFT) as usize
+}
+
+/// Items of class `class` (an index) in an occupancy word.
+#[inline]
+fn count(occupancy: u64, class: usize) -> usize {
+    let field = |c: usize| ((occupancy >> (CLASS_BITS * c as u32)) & CLASS_MASK) as usize;
+    if class < 2 {
+        field(class)
+    } else {
+        total(occupancy) - field(0) - field(1)
+    }
+}
+
+/// What one item of class `class` (an index) adds to an occupancy word.
+#[inline]
+fn one(class: usize) -> u64 {
+    let own = if class < 2 { 1 << (CLASS_BITS * class as u32) } else { 0 };
+    (1 << TOTAL_SHIFT) | own
+}
+
 /// The shared state of a queue.
 struct Inner<T> {
-    /// What every push touches, in one cache line.
     hot: CachePadded<Hot>,
-    /// Items ever popped, wrapping. Written only by the single consumer.
-    removed: CachePadded<AtomicUsize>,
-    /// Logical capacity: `admitted - removed <= capacity` always.
+    /// Logical capacity: the counts of the occupancy word sum to at most
+    /// this, always.
     capacity: usize,
     /// The starting position of every counter (non-zero only in tests of
     /// wraparound).
@@ -689,33 +704,36 @@ impl<T> Inner<T> {
                 "a dead-letter queue needs room for at least one item",
             ));
         }
+        if capacity > MAX_CAPACITY {
+            return Err(ConfigError::new(
+                "capacity",
+                ConfigErrorKind::TooLarge,
+                "must be at most 2,097,151 items (dlq::MAX_CAPACITY)",
+            ));
+        }
         // Each ring gets a power-of-two number of slots >= capacity, and at
         // least 2: with a single slot, `seq == p + 1` would mean both "full
         // for `p`" and "free for `p + 1`", and a producer could write the
         // slot while its previous item is still being read (loom found this
         // for capacity 1). The three rings together must fit in an
         // allocation (`isize::MAX` bytes).
-        let slots = capacity.checked_next_power_of_two().ok_or_else(too_large)?.max(2);
+        let slots = capacity.next_power_of_two().max(2);
         let bytes = slots
             .checked_mul(core::mem::size_of::<Slot<T>>())
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(too_large)?;
-        // Leave room for the positions: `capacity` must stay far below the
-        // wrapping range of the counters.
-        if bytes.checked_mul(3).is_none() || capacity > usize::MAX / 4 {
+        if bytes.checked_mul(3).is_none() {
             return Err(too_large());
         }
         Ok(Inner {
             hot: CachePadded::new(Hot {
-                admitted: AtomicUsize::new(start),
-                removed_hint: AtomicUsize::new(start),
+                occupancy: AtomicU64::new(0),
                 tails: [
                     AtomicUsize::new(start),
                     AtomicUsize::new(start),
                     AtomicUsize::new(start),
                 ],
             }),
-            removed: CachePadded::new(AtomicUsize::new(start)),
             capacity,
             start,
             rings: [
@@ -727,122 +745,130 @@ impl<T> Inner<T> {
     }
 
     #[inline]
-    fn push(&self, mut item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
-        let hot = &*self.hot;
+    fn push(&self, item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
+        let c = class.index();
+        let occupancy = &self.hot.occupancy;
+        let mut cur = occupancy.load(Ordering::Acquire);
         loop {
-            // Read the hint before `admitted`: `hint <= removed <= admitted`
-            // at all times, so the difference never underflows; a stale hint
-            // only makes the length look longer.
-            let hint = hot.removed_hint.load(Ordering::Relaxed);
-            let admitted = hot.admitted.load(Ordering::Acquire);
-            if admitted.wrapping_sub(hint) < self.capacity {
-                if hot
-                    .admitted
-                    .compare_exchange_weak(admitted, admitted.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    self.rings[class.index()].insert(&hot.tails[class.index()], item);
-                    return Ok(Pushed::Queued);
+            if total(cur) < self.capacity {
+                match occupancy.compare_exchange_weak(cur, cur + one(c), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        self.rings[c].insert(&self.hot.tails[c], item);
+                        return Ok(Pushed::Queued);
+                    }
+                    Err(actual) => cur = actual,
                 }
                 continue;
             }
-            // The hint says full: refresh it from the consumer's counter
-            // (a value of `removed`, so it stays `<= removed`).
-            let removed = self.removed.load(Ordering::Acquire);
-            if removed != hint {
-                hot.removed_hint.store(removed, Ordering::Relaxed);
-                continue;
-            }
-            match self.push_full(item, class) {
-                Ok(done) => return done,
-                // Room was made meanwhile: take the ordinary path again.
-                Err(back) => item = back,
-            }
+            return self.push_full(cur, item, class);
         }
     }
 
-    /// The slow path of `push`, when the queue looked full. `Err(item)` asks
-    /// the caller to retry the ordinary path (room was made).
+    /// The slow path of `push`: the occupancy word `cur` says full. Displace
+    /// the oldest item of the lowest class present below `class`, or hand
+    /// the item back if every item in the queue is of `class` or above.
     #[cold]
     #[inline(never)]
-    fn push_full(&self, item: T, class: Priority) -> Result<Result<Pushed<T>, Full<T>>, T> {
-        // A consistent snapshot of the length: `removed` unchanged on both
-        // sides of the read of `admitted`.
-        let removed = self.removed.load(Ordering::Acquire);
-        let admitted = self.hot.admitted.load(Ordering::Acquire);
-        if self.removed.load(Ordering::Acquire) != removed || admitted.wrapping_sub(removed) < self.capacity {
-            return Err(item);
+    fn push_full(&self, mut cur: u64, item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
+        let c = class.index();
+        let occupancy = &self.hot.occupancy;
+        loop {
+            if total(cur) < self.capacity {
+                // Room was made meanwhile.
+                match occupancy.compare_exchange_weak(cur, cur + one(c), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        self.rings[c].insert(&self.hot.tails[c], item);
+                        return Ok(Pushed::Queued);
+                    }
+                    Err(actual) => cur = actual,
+                }
+                continue;
+            }
+            let Some(lower) = (0..c).find(|&j| count(cur, j) > 0) else {
+                // Full, and at this instant every item counted is of this
+                // class or a higher one.
+                self.rings[c].slow.handed_back.fetch_add(1, Ordering::Relaxed);
+                return Err(Full(item));
+            };
+            // One item of class `lower` gives way to this one: claimed in the
+            // word first, then taken out of its ring (the oldest), so no
+            // other remover can count on it.
+            match occupancy.compare_exchange_weak(cur, cur - one(lower) + one(c), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let ring = &self.rings[lower];
+                    let old = ring.take_claimed(&self.hot.tails[lower]);
+                    ring.slow.displaced.fetch_add(1, Ordering::Relaxed);
+                    self.rings[c].insert(&self.hot.tails[c], item);
+                    return Ok(Pushed::Displaced(old, Priority::from_index(lower)));
+                }
+                Err(actual) => cur = actual,
+            }
         }
-        // Full. Take the oldest item of the lowest class below ours.
-        if let Some((old, old_class)) = self.displace_below(class) {
-            self.rings[class.index()].insert(&self.hot.tails[class.index()], item);
-            return Ok(Ok(Pushed::Displaced(old, old_class)));
-        }
-        // Nothing below us; unless room was made meanwhile, the item is
-        // handed back.
-        if self.removed.load(Ordering::Acquire) != removed {
-            return Err(item);
-        }
-        self.rings[class.index()]
-            .slow
-            .handed_back
-            .fetch_add(1, Ordering::Relaxed);
-        Ok(Err(Full(item)))
     }
 
-    /// Removes the oldest item of the lowest non-empty class below `class`.
-    fn displace_below(&self, class: Priority) -> Option<(T, Priority)> {
-        for i in 0..class.index() {
-            let ring = &self.rings[i];
-            let mut backoff = 0;
+    /// Consumer only (the caller is the single consumer). Takes the highest
+    /// class whose next item is written and still counted (a displacing
+    /// producer may have claimed it): claims one item of the class in the
+    /// occupancy word, then takes it out.
+    #[inline]
+    fn pop(&self) -> Option<(T, Priority)> {
+        // `Critical`: only this thread removes from its ring, so a written
+        // head is this thread's to take once it is claimed in the word.
+        let c = Priority::Critical.index();
+        if self.rings[c].head_ready() {
+            self.claim_one(c);
+            let item = self.rings[c]
+                .pop_unshared()
+                .expect("the Critical head was written and only the consumer takes it");
+            return Some((item, Priority::Critical));
+        }
+        for class in [Priority::Routine, Priority::Idle] {
+            let c = class.index();
+            let ring = &self.rings[c];
+            let head = ring.head.load(Ordering::Acquire);
+            if ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+                continue;
+            }
+            let occupancy = &self.hot.occupancy;
+            let mut cur = occupancy.load(Ordering::Acquire);
             loop {
-                match ring.take(&self.hot.tails[i]) {
-                    Take::Item(old) => {
-                        ring.slow.displaced.fetch_add(1, Ordering::Relaxed);
-                        return Some((old, Priority::from_index(i)));
+                if count(cur, c) == 0 {
+                    break; // displacing producers claimed every item of it
+                }
+                match occupancy.compare_exchange_weak(cur, cur - one(c), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        let item = match ring.take_at(head) {
+                            Some(item) => item,
+                            // A displacing producer took that one first:
+                            // the next item of the class is ours.
+                            None => ring.take_claimed(&self.hot.tails[c]),
+                        };
+                        return Some((item, class));
                     }
-                    Take::Empty => break,
-                    // Its producer is between claiming and writing: wait for
-                    // it, so that the oldest item of the lowest class gives
-                    // way (not a later one, nor one of a higher class).
-                    Take::Pending => spin(&mut backoff),
+                    Err(actual) => cur = actual,
                 }
             }
         }
         None
     }
 
-    /// Consumer only (the caller is the single consumer).
-    #[inline]
-    fn pop(&self) -> Option<(T, Priority)> {
-        let found = if let Some(item) = self.rings[Priority::Critical.index()].pop_unshared() {
-            (item, Priority::Critical)
-        } else if let Some(item) = self.rings[Priority::Routine.index()].pop_shared() {
-            (item, Priority::Routine)
-        } else if let Some(item) = self.rings[Priority::Idle.index()].pop_shared() {
-            (item, Priority::Idle)
-        } else {
-            return None;
-        };
-        // Single writer: a load and a store, not an RMW. Release: a producer
-        // that sees the new length also sees the slot freed (the `seq` store
-        // precedes this store).
-        let removed = self.removed.load(Ordering::Relaxed);
-        self.removed.store(removed.wrapping_add(1), Ordering::Release);
-        Some(found)
+    /// Claims one item of class `c` in the occupancy word; the caller knows
+    /// one is counted that nobody else can claim (a written `Critical` head:
+    /// only the consumer removes `Critical` items).
+    fn claim_one(&self, c: usize) {
+        self.hot.occupancy.fetch_sub(one(c), Ordering::AcqRel);
     }
 
     fn len(&self) -> usize {
-        let removed = self.removed.load(Ordering::Acquire);
-        let admitted = self.hot.admitted.load(Ordering::Acquire);
-        admitted.wrapping_sub(removed).min(self.capacity)
+        total(self.hot.occupancy.load(Ordering::Acquire))
     }
 
     fn fallback_depth(&self) -> FallbackDepth {
+        let o = self.hot.occupancy.load(Ordering::Acquire);
         FallbackDepth {
-            idle: self.rings[0].depth(&self.hot.tails[0], self.capacity),
-            routine: self.rings[1].depth(&self.hot.tails[1], self.capacity),
-            critical: self.rings[2].depth(&self.hot.tails[2], self.capacity),
+            idle: count(o, 0),
+            routine: count(o, 1),
+            critical: count(o, 2),
         }
     }
 
@@ -862,7 +888,7 @@ impl<T> Inner<T> {
             popped: removed.saturating_sub(displaced),
             displaced,
             handed_back,
-            depth: queued.saturating_sub(removed).min(self.capacity as u64),
+            depth: count(self.hot.occupancy.load(Ordering::Acquire), class.index()) as u64,
         }
     }
 

@@ -1,33 +1,51 @@
-//! Transition events: queued in generation order, delivered outside any
-//! lock, by whichever thread finds no delivery in progress.
+//! Transition events: queued in generation order by the thread that made
+//! the transition, delivered to the listener later, off the hot path.
 //!
-//! Each transition is pushed (under a short lock) by the thread that won its
-//! CAS, and that thread then calls [`Events::deliver`] once it holds no other
-//! lock. Delivery hands events to the listener strictly in generation order:
-//! an event whose predecessor has not been pushed yet waits for it (its
-//! pusher will deliver both). The queue is preallocated; if a listener is so
-//! slow that `CAPACITY` events pile up, further events are counted as lost
-//! (`Snapshot::events_lost`) and delivery skips the gap they leave, never
-//! reordering: an event that turns up after its gap was skipped is counted
-//! as lost too.
+//! # Who delivers, and when
+//!
+//! A transition is queued (under a short lock, never allocating, never
+//! calling the listener) by the thread that won its CAS. The listener is
+//! called only by [`Events::deliver`], which runs at every window close
+//! (`tick`, by the ticker or by hand) and at the end of every operator call
+//! (`force_open`, `reset`, ...), never in `allow` or a permit's verdict: a
+//! transition made on the hot path (OPEN → HALF_OPEN in `allow`, a probe's
+//! verdict in `record`) reaches the listener at the breaker's next tick, with
+//! the ticker within one window of it.
+//!
+//! # Order and loss
+//!
+//! Delivery is in generation order, strictly increasing. An event whose
+//! predecessor has not been queued yet (its thread stopped between its CAS
+//! and queueing it) waits for it. The queue holds [`CAPACITY`] events; an
+//! event is dropped only when it is full: then the *oldest* waiting event
+//! gives way, together with any earlier one not yet queued (which is dropped
+//! when it turns up), so the newest transition always reaches the listener.
+//! Every dropped event is counted ([`Events::lost`]).
+//!
+//! # A listener that panics
+//!
+//! Its panic is caught and counted ([`Events::panics`]); delivery goes on
+//! with the next event. User code never unwinds through the breaker or the
+//! ticker thread.
 
 use crate::breaker::Transition;
 use crate::sync::Mutex;
 use std::collections::VecDeque;
 
-const CAPACITY: usize = 64;
+/// Events a breaker's queue holds.
+pub(crate) const CAPACITY: usize = 64;
 const GEN_MODULUS: u32 = 1 << 30;
 
 pub(crate) type Listener = Box<dyn Fn(&Transition) + Send + Sync + 'static>;
 
 struct Queue {
+    /// Waiting events, in generation order.
     pending: VecDeque<Transition>,
+    /// The generation delivery expects next.
     next: u32,
     delivering: bool,
-    /// The newest generation dropped for lack of room, until delivery has
-    /// passed it: a gap up to it may be skipped.
-    lost_upto: Option<u32>,
     lost: u64,
+    panics: u64,
 }
 
 /// Transition events; nothing at all (one null pointer) when there is no
@@ -64,8 +82,8 @@ impl Events {
                 pending: VecDeque::with_capacity(CAPACITY),
                 next: 1,
                 delivering: false,
-                lost_upto: None,
                 lost: 0,
+                panics: 0,
             }),
         })))
     }
@@ -89,41 +107,48 @@ impl Events {
         }
     }
 
-    /// Hands queued events to the listener in order, unless another thread
-    /// is already doing so (it will deliver these too).
+    /// Hands waiting events to the listener in order, unless another thread
+    /// is already doing so (it delivers these too). Cold paths only.
     pub(crate) fn deliver(&self) {
         if let Some(a) = &self.0 {
             a.deliver();
         }
     }
 
+    /// Events dropped so far.
     pub(crate) fn lost(&self) -> u64 {
         self.0.as_ref().map_or(0, |a| a.queue.lock().lost)
+    }
+
+    /// Listener panics caught so far.
+    pub(crate) fn panics(&self) -> u64 {
+        self.0.as_ref().map_or(0, |a| a.queue.lock().panics)
     }
 }
 
 impl Active {
-    /// Queues one transition. Never allocates, never calls the listener.
     fn push(&self, event: Transition) {
         let mut q = self.queue.lock();
-        let d = distance(q.next, event.generation);
+        let mut d = distance(q.next, event.generation);
         if d >= GEN_MODULUS / 2 {
-            // Older than what was already delivered (delivery skipped the
-            // gap it belonged to): never deliver out of order.
+            // Delivery has passed this generation (it gave way to a later
+            // one while this event was not queued yet): never deliver out of
+            // order.
             q.lost += 1;
             return;
         }
         if q.pending.len() == CAPACITY {
-            // No room: count it, and let delivery skip the hole it leaves.
+            // Full: the oldest waiting event gives way, unless this one is
+            // older still. Delivery then starts after the one dropped.
+            let front = q.pending.front().map_or(0, |e| distance(q.next, e.generation));
             q.lost += 1;
-            let newer = match q.lost_upto {
-                Some(l) => distance(q.next, l) < d,
-                None => true,
-            };
-            if newer {
-                q.lost_upto = Some(event.generation);
+            if d < front {
+                q.next = (event.generation + 1) % GEN_MODULUS;
+                return;
             }
-            return;
+            let dropped = q.pending.pop_front().expect("the queue is full");
+            q.next = (dropped.generation + 1) % GEN_MODULUS;
+            d = distance(q.next, event.generation);
         }
         let at = q
             .pending
@@ -133,49 +158,32 @@ impl Active {
         q.pending.insert(at, event);
     }
 
-    /// Hands queued events to the listener in order, unless another thread
-    /// is already doing so (it will deliver these too).
     fn deliver(&self) {
-        let mut q = self.queue.lock();
-        if q.delivering {
-            return;
-        }
-        q.delivering = true;
-        // Clears `delivering` even if the listener panics.
-        struct Reset<'a>(&'a Mutex<Queue>);
-        impl Drop for Reset<'_> {
-            fn drop(&mut self) {
-                self.0.lock().delivering = false;
-            }
-        }
-        drop(q);
-        let _reset = Reset(&self.queue);
-        loop {
+        {
             let mut q = self.queue.lock();
-            let ready = match (q.pending.front(), q.lost_upto) {
-                (Some(e), _) if e.generation == q.next => true,
-                // Every generation missing before this one is at or below
-                // the newest lost one: skip the hole.
-                (Some(e), Some(l)) => distance(q.next, e.generation) <= distance(q.next, l).wrapping_add(1),
-                _ => false,
-            };
-            if !ready {
-                // Check and clear under one lock: a push after this sees
-                // `delivering` clear and delivers itself. (`_reset` is only
-                // for a panicking listener, so it is forgotten here.)
-                q.delivering = false;
-                drop(q);
-                core::mem::forget(_reset);
+            if q.delivering {
                 return;
             }
-            let event = q.pending.pop_front().expect("front was checked");
-            q.next = (event.generation + 1) % GEN_MODULUS;
-            if let Some(l) = q.lost_upto {
-                if distance(q.next, l) >= GEN_MODULUS / 2 {
-                    q.lost_upto = None; // delivery has passed every lost one
+            q.delivering = true;
+        }
+        loop {
+            let event = {
+                let mut q = self.queue.lock();
+                match q.pending.front() {
+                    Some(e) if e.generation == q.next => {
+                        let e = q.pending.pop_front().expect("front was checked");
+                        q.next = (e.generation + 1) % GEN_MODULUS;
+                        e
+                    }
+                    _ => {
+                        // Nothing ready (or a gap): checked and cleared under
+                        // one lock, so a push after this sees `delivering`
+                        // clear and its thread's next delivery takes it.
+                        q.delivering = false;
+                        return;
+                    }
                 }
-            }
-            drop(q);
+            };
             #[cfg(feature = "tracing")]
             tracing::info!(
                 target: "tailguard",
@@ -190,8 +198,109 @@ impl Active {
                 "breaker transition"
             );
             if let Some(listener) = &self.listener {
-                listener(&event);
+                let call = std::panic::AssertUnwindSafe(|| listener(&event));
+                if std::panic::catch_unwind(call).is_err() {
+                    self.queue.lock().panics += 1;
+                }
             }
         }
+    }
+}
+
+#[cfg(all(test, not(tailguard_loom)))]
+mod tests {
+    use super::*;
+    use crate::{Mode, Reason, State};
+    use std::sync::{Arc, Mutex as StdMutex};
+    use std::time::Duration;
+
+    fn event(generation: u32) -> Transition {
+        Transition {
+            from: State::Closed,
+            to: State::Open,
+            from_mode: Mode::Normal,
+            to_mode: Mode::Normal,
+            generation,
+            reason: Reason::ManualTrip,
+            at: Duration::ZERO,
+            flapping: false,
+        }
+    }
+
+    fn recording() -> (Events, Arc<StdMutex<Vec<u32>>>) {
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let events = Events::new(
+            Some(Box::new(move |t: &Transition| sink.lock().unwrap().push(t.generation))),
+            None,
+        );
+        (events, seen)
+    }
+
+    #[test]
+    fn a_gap_waits_then_delivery_is_in_order() {
+        let (events, seen) = recording();
+        events.push(event(2));
+        events.push(event(3));
+        events.deliver();
+        assert!(seen.lock().unwrap().is_empty(), "2 and 3 wait for 1");
+        events.push(event(1));
+        events.deliver();
+        assert_eq!(*seen.lock().unwrap(), [1, 2, 3]);
+        assert_eq!(events.lost(), 0);
+    }
+
+    #[test]
+    fn an_overflow_drops_the_oldest_and_the_gap_before_it_never_the_newest() {
+        let (events, seen) = recording();
+        // Generation 1 is held up; 2..=101 arrive: 100 events for 64 places.
+        for g in 2..=101 {
+            events.push(event(g));
+        }
+        events.deliver();
+        // The late one is older than everything delivered: dropped.
+        events.push(event(1));
+        events.deliver();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), CAPACITY);
+        assert_eq!(*seen.last().unwrap(), 101);
+        assert!(seen.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(seen.len() as u64 + events.lost(), 101);
+    }
+
+    #[test]
+    fn an_event_older_than_a_full_queue_is_the_one_dropped() {
+        let (events, seen) = recording();
+        for g in 3..3 + CAPACITY as u32 {
+            events.push(event(g));
+        }
+        events.push(event(2)); // older than every waiting one: it gives way
+        events.push(event(1));
+        events.deliver();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.first(), Some(&3));
+        assert_eq!(seen.len(), CAPACITY);
+        assert_eq!(events.lost(), 2);
+    }
+
+    #[test]
+    fn a_panicking_listener_is_counted_and_delivery_goes_on() {
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let events = Events::new(
+            Some(Box::new(move |t: &Transition| {
+                sink.lock().unwrap().push(t.generation);
+                if t.generation == 2 {
+                    panic!("a listener bug (expected by this test)");
+                }
+            })),
+            None,
+        );
+        for g in 1..=3 {
+            events.push(event(g));
+        }
+        events.deliver();
+        assert_eq!(*seen.lock().unwrap(), [1, 2, 3]);
+        assert_eq!(events.panics(), 1);
     }
 }

@@ -16,7 +16,10 @@
 //! | `breaker_open_duration_seconds` | gauge | how long it has been OPEN, 0 when not (and when forced open) |
 //! | `breaker_flapping` | gauge | 1 while OPEN → HALF_OPEN → OPEN cycles come too often |
 //! | `breaker_calls_total`, `breaker_errors_total`, `breaker_slow_calls_total`, `breaker_cancelled_total` | counter | over every closed window |
+//! | `breaker_stale_calls_total` | counter | verdicts of permits admitted before a transition: counted apart, never judged |
 //! | `breaker_shadow_rejections_total` | counter | calls a `metrics_only` breaker admitted that it would have rejected |
+//! | `breaker_events_lost_total` | counter | transition events the listener never got (its queue of 64 was full) |
+//! | `breaker_listener_panics_total` | counter | panics of the transition listener, caught |
 //! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary |
 //! | `breaker_window_seconds`, `breaker_latency_threshold_seconds`, `breaker_slow_ratio_limit`, `breaker_trip_windows`, `breaker_min_calls`, `breaker_error_ratio_limit`, `breaker_error_window_seconds` | gauge | the [`Limits`](crate::Limits) windows are judged by, to read the counters against |
 //! | `breaker_fallback_depth`, `breaker_fallback_capacity` | gauge | items in / size of the attached dead-letter queue (only consumers with one) |
@@ -307,6 +310,27 @@ impl Collector for BreakerCollector {
             "Permits dropped without a verdict, over every closed window.",
             &rows,
             |r| counter(r.snapshot.totals.cancelled),
+        )?;
+        family(
+            e,
+            "breaker_stale_calls",
+            "Verdicts of permits admitted before a transition: counted apart, never judged.",
+            &rows,
+            |r| counter(r.snapshot.totals.stale),
+        )?;
+        family(
+            e,
+            "breaker_events_lost",
+            "Transition events the listener never got: its queue was full.",
+            &rows,
+            |r| counter(r.snapshot.events_lost),
+        )?;
+        family(
+            e,
+            "breaker_listener_panics",
+            "Panics of the transition listener, caught.",
+            &rows,
+            |r| counter(r.snapshot.listener_panics),
         )?;
         family(
             e,

@@ -41,10 +41,27 @@
 //! stores, no read-modify-write. Its counters are monotonic; window close
 //! keeps the previous readings and takes differences.
 //!
+//! # Stale verdicts
+//! A verdict from a permit of an earlier generation (admitted before a
+//! transition) is not a call of the current windows: it is counted apart,
+//! in `stale`, and never judged.
+//!
 //! # In-flight slots
-//! With in-flight tracking on, `allow` adds one to the slot of its start
-//! epoch and the verdict subtracts it again, unless window close already
-//! claimed the epoch (see `breaker.rs`, `claim_in_flight`).
+//! With in-flight tracking on, each shared shard keeps [`INFLIGHT_SLOTS`]
+//! slots, one word each: the epoch it counts for (a tag), whether window
+//! close has claimed that epoch, and how many calls of the epoch are in
+//! flight. `allow` adds one to the slot of its start epoch, the verdict
+//! takes it out again, and window close claims (counts as slow, once) the
+//! calls of every epoch wholly older than the threshold. Each of these is
+//! one CAS on the slot's word, so a verdict and a claim never both count a
+//! call: whichever CAS lands first decides. A slot is reused for a later
+//! epoch only once its own epoch is claimed; if a window close is so late
+//! that a call finds its slot still counting an unclaimed older epoch,
+//! those older calls have run for at least `INFLIGHT_SLOTS − 1` epochs
+//! (longer than a window and a threshold) and the call claims them itself,
+//! for the next close to count. A call whose slot counts a *later* epoch, or
+//! its own epoch already claimed (the clock stepped back past a close), is
+//! not tracked: it is counted when it returns, never as in flight.
 
 use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
@@ -72,7 +89,7 @@ const _: () = assert!(WORDS < 64, "the touched mask has one bit per word, and on
 const LANE_MASK: u64 = 0xffff;
 const SPILL_AT: u64 = 1 << 15;
 /// Carry counters per shard.
-pub(crate) const CARRIES: usize = 21;
+pub(crate) const CARRIES: usize = 20;
 const TAG_SHIFT: u32 = 56;
 const COUNT_MASK: u64 = (1 << TAG_SHIFT) - 1;
 
@@ -143,6 +160,7 @@ pub(crate) struct Counts {
     pub(crate) errors: u64,
     pub(crate) slow: u64,
     pub(crate) cancelled: u64,
+    pub(crate) stale: u64,
 }
 
 /// A shard written by any thread. `repr(C)`: the counters window close
@@ -158,9 +176,11 @@ pub(crate) struct Shard {
     touched: AtomicU64,
     errors: AtomicU64,
     cancelled: AtomicU64,
+    /// Verdicts of permits from an earlier generation.
+    stale: AtomicU64,
     spill_calls: AtomicU64,
     spill_slow: AtomicU64,
-    in_flight: Option<Box<[AtomicU64; INFLIGHT_SLOTS]>>,
+    in_flight: Option<Box<InFlight>>,
     buckets: [AtomicU64; WORDS],
     /// `(bucket + 1) << 56 | count`, or 0 when free.
     carries: [AtomicU64; CARRIES],
@@ -172,6 +192,128 @@ const CARRIED: u32 = 63;
 /// Start-epoch slots per shard for in-flight tracking.
 pub(crate) const INFLIGHT_SLOTS: usize = 16;
 
+/// A shard's in-flight slots (see the module docs). Slot word: the epoch tag
+/// (epoch mod 2^47) in the high 47 bits, the claimed flag, a 16-bit count.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    slots: [AtomicU64; INFLIGHT_SLOTS],
+    /// Calls of unclaimed old epochs claimed by `enter` (a late close):
+    /// counted as in-flight slow by the next close.
+    carried: AtomicU64,
+}
+
+const FLIGHT_COUNT_MASK: u64 = 0xffff;
+const FLIGHT_CLAIMED: u64 = 1 << 16;
+const FLIGHT_TAG_SHIFT: u32 = 17;
+const FLIGHT_TAG_MASK: u64 = (1 << (64 - FLIGHT_TAG_SHIFT)) - 1;
+
+fn flight_tag(epoch: u64) -> u64 {
+    epoch & FLIGHT_TAG_MASK
+}
+
+/// Whether tag `a` is an earlier epoch than tag `b` (modulo the tag range,
+/// within half of it: a clock step of more than 2^46 epochs, centuries,
+/// leaves a slot untracked).
+fn flight_before(a: u64, b: u64) -> bool {
+    let d = b.wrapping_sub(a) & FLIGHT_TAG_MASK;
+    d != 0 && d < 1 << (63 - FLIGHT_TAG_SHIFT)
+}
+
+fn flight_word(tag: u64, claimed: bool, count: u64) -> u64 {
+    tag << FLIGHT_TAG_SHIFT | if claimed { FLIGHT_CLAIMED } else { 0 } | count
+}
+
+impl InFlight {
+    fn new() -> Self {
+        // Every slot starts as a claimed epoch before any real one.
+        let free = flight_word(flight_tag(0u64.wrapping_sub(INFLIGHT_SLOTS as u64)), true, 0);
+        Self {
+            slots: core::array::from_fn(|_| AtomicU64::new(free)),
+            carried: AtomicU64::new(0),
+        }
+    }
+
+    /// A call starting in `epoch` enters its slot; whether it is tracked.
+    #[inline]
+    pub(crate) fn enter(&self, epoch: u64) -> bool {
+        let cell = &self.slots[(epoch % INFLIGHT_SLOTS as u64) as usize];
+        let tag = flight_tag(epoch);
+        let mut cur = cell.load(Ordering::Relaxed);
+        loop {
+            let (t, claimed, n) = (
+                cur >> FLIGHT_TAG_SHIFT,
+                cur & FLIGHT_CLAIMED != 0,
+                cur & FLIGHT_COUNT_MASK,
+            );
+            let (next, carried) = if t == tag && !claimed && n < FLIGHT_COUNT_MASK {
+                (cur + 1, 0)
+            } else if flight_before(t, tag) {
+                // An older epoch: free once claimed; unclaimed, its calls are
+                // old enough to count as slow now (a late window close).
+                (flight_word(tag, false, 1), if claimed { 0 } else { n })
+            } else {
+                // A later epoch, this epoch already claimed, or a full count.
+                return false;
+            };
+            match cell.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => {
+                    if carried != 0 {
+                        self.carried.fetch_add(carried, Ordering::Relaxed);
+                    }
+                    return true;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// A tracked call of `epoch` returns: false if a claim already counted
+    /// it (then it must not be counted again).
+    #[inline]
+    pub(crate) fn leave(&self, epoch: u64) -> bool {
+        let cell = &self.slots[(epoch % INFLIGHT_SLOTS as u64) as usize];
+        let tag = flight_tag(epoch);
+        let mut cur = cell.load(Ordering::Relaxed);
+        loop {
+            if cur >> FLIGHT_TAG_SHIFT != tag || cur & FLIGHT_CLAIMED != 0 {
+                return false;
+            }
+            match cell.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Claims every epoch before `target`: returns how many calls were
+    /// still in flight in them (and those carried by late `enter`s).
+    pub(crate) fn claim(&self, target: u64) -> u64 {
+        let target = flight_tag(target);
+        let mut total = if self.carried.load(Ordering::Relaxed) == 0 {
+            0
+        } else {
+            self.carried.swap(0, Ordering::AcqRel)
+        };
+        for cell in &self.slots {
+            let mut cur = cell.load(Ordering::Acquire);
+            loop {
+                let t = cur >> FLIGHT_TAG_SHIFT;
+                if cur & FLIGHT_CLAIMED != 0 || !flight_before(t, target) {
+                    break;
+                }
+                match cell.compare_exchange_weak(cur, flight_word(t, true, 0), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        total += cur & FLIGHT_COUNT_MASK;
+                        break;
+                    }
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+        total
+    }
+}
+
 impl Shard {
     fn new(track_in_flight: bool) -> Self {
         Self {
@@ -180,9 +322,10 @@ impl Shard {
             carries: core::array::from_fn(|_| AtomicU64::new(0)),
             errors: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
+            stale: AtomicU64::new(0),
             spill_calls: AtomicU64::new(0),
             spill_slow: AtomicU64::new(0),
-            in_flight: track_in_flight.then(|| Box::new(core::array::from_fn(|_| AtomicU64::new(0)))),
+            in_flight: track_in_flight.then(|| Box::new(InFlight::new())),
         }
     }
 
@@ -253,10 +396,15 @@ impl Shard {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The in-flight slot `slot`, if tracking is on.
+    #[cold]
+    pub(crate) fn stale(&self) {
+        self.stale.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The in-flight slots, if tracking is on.
     #[inline]
-    pub(crate) fn in_flight(&self, slot: usize) -> Option<&AtomicU64> {
-        self.in_flight.as_ref().map(|s| &s[slot % INFLIGHT_SLOTS])
+    pub(crate) fn in_flight(&self) -> Option<&InFlight> {
+        self.in_flight.as_deref()
     }
 }
 
@@ -266,8 +414,9 @@ pub(crate) struct LocalShard {
     buckets: [AtomicU64; BUCKETS],
     errors: AtomicU64,
     cancelled: AtomicU64,
-    /// Readings at the last drain (buckets, then errors and cancelled);
-    /// only window close touches these.
+    stale: AtomicU64,
+    /// Readings at the last drain (buckets, then errors, cancelled and
+    /// stale); only window close touches these.
     seen: Box<[AtomicU64]>,
 }
 
@@ -289,7 +438,8 @@ impl LocalShard {
             buckets: core::array::from_fn(|_| AtomicU64::new(0)),
             errors: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
-            seen: (0..BUCKETS + 2).map(|_| AtomicU64::new(0)).collect(),
+            stale: AtomicU64::new(0),
+            seen: (0..BUCKETS + 3).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -304,6 +454,11 @@ impl LocalShard {
 
     pub(crate) fn cancel(&self) {
         bump(&self.cancelled);
+    }
+
+    #[cold]
+    pub(crate) fn stale(&self) {
+        bump(&self.stale);
     }
 }
 
@@ -333,7 +488,13 @@ impl Shards {
     /// The shard of the calling thread.
     #[inline(always)]
     pub(crate) fn mine(&self) -> &Shard {
-        &self.shared[thread_index() & self.mask]
+        &self.shared[self.mine_index()]
+    }
+
+    /// The index of the calling thread's shard.
+    #[inline(always)]
+    pub(crate) fn mine_index(&self) -> usize {
+        thread_index() & self.mask
     }
 
     pub(crate) fn shared(&self) -> &[CachePadded<Shard>] {
@@ -384,10 +545,12 @@ impl Shards {
         for s in self.shared.iter() {
             into.errors += take(&s.errors);
             into.cancelled += take(&s.cancelled);
+            into.stale += take(&s.stale);
         }
         for s in self.local.iter() {
             into.errors += delta(&s.errors, &s.seen[BUCKETS]);
             into.cancelled += delta(&s.cancelled, &s.seen[BUCKETS + 1]);
+            into.stale += delta(&s.stale, &s.seen[BUCKETS + 2]);
         }
         let mut add = |bucket: usize, n: u64, into: &mut Counts| {
             if n != 0 {
@@ -450,10 +613,9 @@ impl Shards {
     /// Bytes held by the shards (for the memory figure).
     pub(crate) fn heap_bytes(&self) -> usize {
         let shared = self.shared.len() * core::mem::size_of::<CachePadded<Shard>>()
-            + self.shared.iter().filter(|s| s.in_flight.is_some()).count()
-                * core::mem::size_of::<[AtomicU64; INFLIGHT_SLOTS]>();
+            + self.shared.iter().filter(|s| s.in_flight.is_some()).count() * core::mem::size_of::<InFlight>();
         let local = self.local.len()
-            * (core::mem::size_of::<CachePadded<LocalShard>>() + (BUCKETS + 2) * core::mem::size_of::<AtomicU64>());
+            * (core::mem::size_of::<CachePadded<LocalShard>>() + (BUCKETS + 3) * core::mem::size_of::<AtomicU64>());
         shared + local
     }
 }
@@ -556,6 +718,43 @@ mod tests {
     }
 
     #[test]
+    fn in_flight_counts_each_call_once_as_returned_or_claimed() {
+        let f = InFlight::new();
+        assert!(f.enter(0) && f.enter(0) && f.enter(1));
+        assert!(f.leave(0));
+        assert_eq!(f.claim(1), 1, "epoch 0 has one call left");
+        assert!(!f.leave(0), "claimed: not counted again");
+        assert!(!f.enter(0), "an epoch already claimed takes no new calls");
+        assert!(f.leave(1));
+        assert_eq!(f.claim(5), 0);
+    }
+
+    #[test]
+    fn a_late_close_never_counts_a_new_call_with_an_old_one() {
+        let f = InFlight::new();
+        let slots = INFLIGHT_SLOTS as u64;
+        assert!(f.enter(3));
+        // The close is late: epoch 3 + slots shares the slot of epoch 3.
+        assert!(f.enter(3 + slots));
+        assert!(!f.leave(3), "the old call was claimed by the new one");
+        assert_eq!(f.claim(3 + slots), 1, "the old call, carried; not the new one");
+        assert!(f.leave(3 + slots));
+        // A call whose slot counts a later epoch is not tracked.
+        assert!(!f.enter(3));
+    }
+
+    #[test]
+    fn in_flight_tags_compare_across_their_wrap() {
+        let top = FLIGHT_TAG_MASK;
+        assert!(flight_before(top, 0) && flight_before(top - 5, 3) && !flight_before(3, top - 5));
+        let f = InFlight::new();
+        assert!(f.enter(top));
+        assert!(f.enter(top + 1)); // tag 0, the next epoch
+        assert_eq!(f.claim(top + 1), 1);
+        assert!(f.leave(top + 1));
+    }
+
+    #[test]
     fn local_shard_drains_differences() {
         let shards = Shards::new(1, 1, false, 1_000);
         let s = &shards.local[0];
@@ -569,11 +768,13 @@ mod tests {
                 calls: 2,
                 errors: 1,
                 slow: 1,
-                cancelled: 0
+                cancelled: 0,
+                stale: 0
             }
         );
         s.record(key_index(10), false);
         s.cancel();
+        s.stale();
         let mut c = Counts::default();
         shards.drain(&mut c, |_, _| {});
         assert_eq!(
@@ -582,7 +783,8 @@ mod tests {
                 calls: 1,
                 errors: 0,
                 slow: 0,
-                cancelled: 1
+                cancelled: 1,
+                stale: 1
             }
         );
     }

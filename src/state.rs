@@ -15,9 +15,23 @@
 //!
 //! The hot path of `allow` in CLOSED tests `word & (STATE | MODE) == 0`: one
 //! load and one test. Every transition (a change of state or mode) goes
-//! through [`StateCell::transition`], which bumps the generation by exactly
+//! through [`Word::transition`], which bumps the generation by exactly
 //! one; updates that are not transitions (a probe taken or returned, a
 //! breach counted) keep it.
+//!
+//! # The full generation
+//!
+//! Thirty bits wrap after 2^30 transitions. Beside the word, the cell keeps
+//! a 64-bit generation that lags the word's by at most the number of
+//! transitions whose winners have not yet published it (each winner
+//! publishes right after its CAS, with `fetch_max`), so the word's 30 bits
+//! and that lagging value name one 64-bit generation exactly
+//! ([`StateCell::full_generation`]). A probe carries its round's full
+//! generation, so a probe held across any number of transitions never
+//! decides a later round. An ordinary permit carries the 30 bits only
+//! (they are in the word it already loaded): a verdict held across a
+//! multiple of 2^30 transitions would be counted in the window instead of
+//! as stale, one call among a window's.
 
 use crate::sync::{AtomicU64, Ordering};
 use core::fmt;
@@ -36,7 +50,8 @@ const SUCCESS_SHIFT: u32 = 26;
 const SUCCESS_MASK: u64 = 0xff << SUCCESS_SHIFT;
 const GEN_SHIFT: u32 = 34;
 const GEN_BITS: u32 = 30;
-const GEN_MASK: u64 = ((1 << GEN_BITS) - 1) << GEN_SHIFT;
+pub(crate) const GEN_MASK: u64 = ((1 << GEN_BITS) - 1) << GEN_SHIFT;
+const GEN_MODULUS: u64 = 1 << GEN_BITS;
 
 /// Mask of the bits that must be zero for the CLOSED fast path.
 pub(crate) const FAST_PATH_MASK: u64 = STATE_MASK | MODE_MASK;
@@ -224,22 +239,50 @@ pub(crate) enum Decision<T> {
     Keep(T),
 }
 
-/// The atomic state word.
+/// The 64-bit generation whose low 30 bits are `gen`, nearest to `base`
+/// (within half the 30-bit range either way).
+fn nearest(base: u64, gen: u32) -> u64 {
+    let candidate = (base & !(GEN_MODULUS - 1)) | u64::from(gen);
+    if candidate.wrapping_add(GEN_MODULUS / 2) < base {
+        candidate + GEN_MODULUS
+    } else if candidate > base.saturating_add(GEN_MODULUS / 2) {
+        // (Never below zero: generations start at 0.)
+        candidate.checked_sub(GEN_MODULUS).unwrap_or(candidate)
+    } else {
+        candidate
+    }
+}
+
+/// The atomic state word, and its full generation (see the module docs).
 #[derive(Debug)]
 pub(crate) struct StateCell {
     word: AtomicU64,
+    /// A 64-bit generation at most a few transitions behind the word's.
+    base: AtomicU64,
 }
 
 impl StateCell {
     pub(crate) fn new() -> Self {
         Self {
             word: AtomicU64::new(Word::INITIAL.0),
+            base: AtomicU64::new(0),
         }
     }
 
     #[inline(always)]
     pub(crate) fn load(&self) -> Word {
         Word(self.word.load(Ordering::Acquire))
+    }
+
+    /// The 64-bit generation of `word`, a word loaded from this cell.
+    pub(crate) fn full_generation(&self, word: Word) -> u64 {
+        nearest(self.base.load(Ordering::Acquire), word.generation())
+    }
+
+    /// After a transition to `word`: raise the full generation to it.
+    fn publish(&self, word: Word) {
+        let full = self.full_generation(word);
+        self.base.fetch_max(full, Ordering::AcqRel);
     }
 
     /// Runs `decide` over the current word inside a CAS loop until it keeps
@@ -257,7 +300,12 @@ impl StateCell {
                         .word
                         .compare_exchange_weak(cur.0, next.0, Ordering::AcqRel, Ordering::Acquire)
                     {
-                        Ok(_) => return (cur, Some(next), t),
+                        Ok(_) => {
+                            if next.generation() != cur.generation() {
+                                self.publish(next);
+                            }
+                            return (cur, Some(next), t);
+                        }
                         Err(actual) => cur = Word(actual),
                     }
                 }
@@ -296,6 +344,28 @@ mod tests {
         assert_eq!(next.breaches(), 0);
         w = Word(GEN_MASK); // generation at its maximum
         assert_eq!(w.transition(State::Closed, Mode::Normal).generation(), 0);
+    }
+
+    #[test]
+    fn the_full_generation_follows_the_word_across_the_wrap() {
+        for base in [0, 5, GEN_MODULUS - 3, 7 * GEN_MODULUS + 11, u64::MAX / 4] {
+            // Behind or ahead of `base` by up to a quarter of the range.
+            for delta in [
+                0i64,
+                1,
+                2,
+                1000,
+                -1,
+                -2,
+                -1000,
+                (GEN_MODULUS / 4) as i64,
+                -((GEN_MODULUS / 4) as i64),
+            ] {
+                let full = (base as i64 + delta).max(0) as u64;
+                let gen = (full % GEN_MODULUS) as u32;
+                assert_eq!(nearest(base, gen), full, "base {base}, delta {delta}");
+            }
+        }
     }
 
     #[test]

@@ -103,3 +103,25 @@ pub(crate) fn prefetch(p: *const u8, len: usize) {
         }
     }
 }
+
+/// Waits a little for another thread's short critical window to end: spins
+/// with a growing count, then yields (under loom, yields at once).
+#[inline]
+pub(crate) fn spin(backoff: &mut u32) {
+    #[cfg(tailguard_loom)]
+    {
+        let _ = backoff;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(tailguard_loom))]
+    {
+        if *backoff < 6 {
+            for _ in 0..(1u32 << *backoff) {
+                core::hint::spin_loop();
+            }
+            *backoff += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}

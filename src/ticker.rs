@@ -2,58 +2,62 @@
 //! windows of every live breaker.
 
 use crate::breaker::Inner;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Every breaker built with the ticker on (the default), by weak reference:
-/// the ticker thread reads it when it starts. A dropped breaker costs an
-/// entry until `register` prunes the list (each time it doubles) or
-/// [`Ticker::pass`] does; the running thread drops it from its schedule at
-/// its next due time.
-static BREAKERS: parking_lot::Mutex<Vec<Weak<Inner>>> = parking_lot::Mutex::new(Vec::new());
+/// Every breaker built with the ticker on (the default), by weak reference,
+/// and the running ticker thread, if any: all under one lock, which
+/// registration, start and stop take briefly (never while joining the
+/// thread, and never while calling into a breaker).
+///
+/// A dropped breaker costs an entry until `register` prunes the list (each
+/// time it doubles) or [`Ticker::pass`] does; the running thread drops it
+/// from its schedule at its next due time.
+static GLOBAL: parking_lot::Mutex<Global> = parking_lot::Mutex::new(Global {
+    breakers: Vec::new(),
+    running: None,
+});
 
-/// Breakers registered while the ticker thread runs, for it to schedule.
-/// Written only under the `BREAKERS` lock, and emptied under it when the
-/// thread takes its first copy of `BREAKERS`, so that every breaker is
-/// scheduled exactly once: from the copy or from here.
-static PENDING: parking_lot::Mutex<Vec<Weak<Inner>>> = parking_lot::Mutex::new(Vec::new());
-/// Whether the ticker thread is running (it reads `BREAKERS` when it starts
-/// and `PENDING` after that).
-static THREAD_UP: AtomicBool = AtomicBool::new(false);
+/// Panics caught while ticking a breaker on the ticker thread.
+static PANICS: AtomicU64 = AtomicU64::new(0);
 
-/// The running ticker thread, if any, and how many handles keep it.
-static RUNNING: parking_lot::Mutex<Option<Running>> = parking_lot::Mutex::new(None);
+struct Global {
+    breakers: Vec<Weak<Inner>>,
+    running: Option<Running>,
+}
 
+/// One ticker thread's life: its own pending list and flags, so that a
+/// thread being stopped never touches the state of the one that replaces it.
 struct Running {
     handles: usize,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     thread: JoinHandle<()>,
+}
+
+struct Shared {
+    /// Breakers for this thread to schedule: at its start, every breaker
+    /// registered so far (copied under the `GLOBAL` lock), then each one
+    /// registered while it runs. So every breaker is scheduled exactly once.
+    pending: parking_lot::Mutex<Vec<Weak<Inner>>>,
+    stop: AtomicBool,
+    /// Cleared when the thread's function returns, however it returns.
+    alive: AtomicBool,
 }
 
 pub(crate) fn register(inner: &Arc<Inner>) {
     let weak = Arc::downgrade(inner);
-    let pending = {
-        let mut list = BREAKERS.lock();
-        // Prune dropped breakers now and then: amortised O(1) per breaker.
-        if list.len() >= 64 && list.len().is_power_of_two() {
-            list.retain(|w| w.strong_count() > 0);
-        }
-        list.push(weak.clone());
-        // Under the same lock as the push above: the thread's first copy of
-        // the list either has this breaker or finds it here.
-        let up = THREAD_UP.load(Ordering::Acquire);
-        if up {
-            PENDING.lock().push(weak);
-        }
-        up
-    };
-    if pending {
-        if let Some(running) = RUNNING.lock().as_ref() {
-            // Let the new breaker's first window be closed on time.
-            running.thread.thread().unpark();
-        }
+    let mut global = GLOBAL.lock();
+    // Prune dropped breakers now and then: amortised O(1) per breaker.
+    if global.breakers.len() >= 64 && global.breakers.len().is_power_of_two() {
+        global.breakers.retain(|w| w.strong_count() > 0);
+    }
+    global.breakers.push(weak.clone());
+    if let Some(running) = &global.running {
+        running.shared.pending.lock().push(weak);
+        // Let the new breaker's first window be closed on time.
+        running.thread.thread().unpark();
     }
 }
 
@@ -136,34 +140,31 @@ impl Ticker {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn with_max_sleep(max_sleep: Duration) -> std::io::Result<Ticker> {
-        let mut running = RUNNING.lock();
-        if let Some(r) = running.as_mut() {
+        let mut global = GLOBAL.lock();
+        if let Some(r) = global.running.as_mut() {
             r.handles += 1;
             return Ok(Ticker { _private: () });
         }
         let max_sleep = max_sleep.max(Duration::from_nanos(SLOT_NS));
-        let stop = Arc::new(AtomicBool::new(false));
-        let their_stop = Arc::clone(&stop);
-        THREAD_UP.store(true, Ordering::Release);
-        let thread = match std::thread::Builder::new()
+        let shared = Arc::new(Shared {
+            pending: parking_lot::Mutex::new(global.breakers.clone()),
+            stop: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+        });
+        let theirs = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
             .name("tailguard-ticker".into())
-            .spawn(move || run(&their_stop, max_sleep))
-        {
-            Ok(thread) => thread,
-            Err(e) => {
-                THREAD_UP.store(false, Ordering::Release);
-                return Err(e);
-            }
-        };
-        *running = Some(Running {
+            .spawn(move || run(&theirs, max_sleep))?;
+        global.running = Some(Running {
             handles: 1,
-            stop,
+            shared,
             thread,
         });
         Ok(Ticker { _private: () })
     }
 
-    /// Whether the ticker thread is running in this process.
+    /// Whether the ticker thread is running in this process (started, not
+    /// yet stopped, and alive).
     ///
     /// ```
     /// let t = tailguard::Ticker::start().unwrap();
@@ -171,7 +172,24 @@ impl Ticker {
     /// # drop(t);
     /// ```
     pub fn is_running() -> bool {
-        RUNNING.lock().is_some()
+        GLOBAL
+            .lock()
+            .running
+            .as_ref()
+            .is_some_and(|r| r.shared.alive.load(Ordering::Acquire))
+    }
+
+    /// Panics caught on the ticker thread while ticking a breaker, since the
+    /// process started (a listener's own panics are caught, and counted, by
+    /// its breaker: [`Snapshot::listener_panics`](crate::Snapshot::listener_panics)).
+    /// A breaker whose tick panics is ticked again a second later; the other
+    /// breakers are not held up.
+    ///
+    /// ```
+    /// assert_eq!(tailguard::Ticker::panics(), 0);
+    /// ```
+    pub fn panics() -> u64 {
+        PANICS.load(Ordering::Relaxed)
     }
 
     /// Ticks every live breaker now, due or not, on the calling thread, and
@@ -191,22 +209,26 @@ impl Ticker {
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        let mut running = RUNNING.lock();
-        let last = match running.as_mut() {
-            Some(r) => {
-                r.handles -= 1;
-                r.handles == 0
+        let last = {
+            let mut global = GLOBAL.lock();
+            match global.running.as_mut() {
+                Some(r) if r.handles > 1 => {
+                    r.handles -= 1;
+                    None
+                }
+                _ => global.running.take(),
             }
-            None => false,
         };
-        if last {
-            if let Some(r) = running.take() {
-                drop(running);
-                r.stop.store(true, Ordering::Release);
-                r.thread.thread().unpark();
+        // Stopped and joined outside the lock: a ticker started meanwhile
+        // is another thread with its own state, and this one never touches
+        // it.
+        if let Some(r) = last {
+            r.shared.stop.store(true, Ordering::Release);
+            r.thread.thread().unpark();
+            // A listener on the ticker thread may drop the last handle:
+            // it cannot join itself; its loop ends at the stop flag.
+            if r.thread.thread().id() != std::thread::current().id() {
                 let _ = r.thread.join();
-                THREAD_UP.store(false, Ordering::Release);
-                PENDING.lock().clear();
             }
         }
     }
@@ -215,10 +237,10 @@ impl Drop for Ticker {
 /// One pass: tick every live breaker (outside the registry lock, so a
 /// listener may build breakers). Returns the number of breakers ticked.
 fn pass() -> usize {
-    let mut batch: Vec<Weak<Inner>> = BREAKERS.lock().clone();
+    let mut batch: Vec<Weak<Inner>> = GLOBAL.lock().breakers.clone();
     let mut ticked = 0;
     tick_batch(&mut batch, |_, _| ticked += 1);
-    BREAKERS.lock().retain(|w| w.strong_count() > 0);
+    GLOBAL.lock().breakers.retain(|w| w.strong_count() > 0);
     ticked
 }
 
@@ -268,7 +290,13 @@ fn tick_batch(batch: &mut Vec<Weak<Inner>>, mut done: impl FnMut(Weak<Inner>, u6
             inner.prefetch_marked();
         }
         if let Some(inner) = current {
-            let until = inner.tick_for_ticker();
+            // A panic in a breaker's tick (its custom clock, say) must not
+            // take down the thread every other breaker depends on.
+            let tick = std::panic::AssertUnwindSafe(|| inner.tick_for_ticker());
+            let until = std::panic::catch_unwind(tick).unwrap_or_else(|_| {
+                PANICS.fetch_add(1, Ordering::Relaxed);
+                1_000_000_000
+            });
             drop(inner);
             done(core::mem::replace(&mut batch[step - MID], Weak::new()), until);
         }
@@ -315,25 +343,25 @@ impl Schedule {
     }
 }
 
-fn run(stop: &AtomicBool, max_sleep: Duration) {
+fn run(shared: &Shared, max_sleep: Duration) {
     use std::time::Instant;
+    /// Clears `alive` when the thread's function returns or unwinds.
+    struct Alive<'a>(&'a AtomicBool);
+    impl Drop for Alive<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let _alive = Alive(&shared.alive);
     let origin = Instant::now();
     let now_ns = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut schedule = Schedule {
         slots: std::collections::BTreeMap::new(),
         spare: Vec::new(),
     };
-    {
-        let list = BREAKERS.lock();
-        for w in list.iter() {
-            schedule.insert(w.clone(), 0);
-        }
-        // Registered before this copy, so in it (see `PENDING`).
-        PENDING.lock().clear();
-    }
-    while !stop.load(Ordering::Acquire) {
+    while !shared.stop.load(Ordering::Acquire) {
         let now = now_ns();
-        for w in PENDING.lock().drain(..) {
+        for w in shared.pending.lock().drain(..) {
             schedule.insert(w, now);
         }
         while let Some(mut batch) = schedule.take_due(now) {
@@ -360,7 +388,7 @@ fn run(stop: &AtomicBool, max_sleep: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use super::{tick_batch, Schedule, BREAKERS, SLOT_NS};
+    use super::{tick_batch, Schedule, GLOBAL, SLOT_NS};
     use crate::clock::ManualClock;
     use crate::Breaker;
     use std::sync::{Arc, Weak};
@@ -437,7 +465,7 @@ mod tests {
         for _ in 0..10_000 {
             drop(Breaker::builder().build().unwrap());
         }
-        let len = BREAKERS.lock().len();
+        let len = GLOBAL.lock().breakers.len();
         // Pruned whenever the list reaches a power of two from 64 on: it
         // never holds more than the live ones plus one doubling.
         assert!(
@@ -445,6 +473,6 @@ mod tests {
             "{len} entries for {} live breakers",
             kept.len()
         );
-        assert!(BREAKERS.lock().iter().filter(|w| w.strong_count() > 0).count() >= kept.len());
+        assert!(GLOBAL.lock().breakers.iter().filter(|w| w.strong_count() > 0).count() >= kept.len());
     }
 }

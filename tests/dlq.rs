@@ -487,3 +487,63 @@ fn stress_four_producers_one_consumer() {
     assert!(s2.idle.displaced > 0 && s2.routine.displaced > 0, "{s2:?}");
     assert!(s2.critical.handed_back > 0 || s2.routine.handed_back > 0, "{s2:?}");
 }
+
+/// Issue 8, finding 4: capacity 1, an `Idle` producer, the consumer and a
+/// `Critical` producer that pushes only when none of its items is left in
+/// the queue. Every such push must succeed: a `Critical` push is refused only
+/// when every slot holds a `Critical` item. (Before the fix, an item in
+/// transit, popped but not yet counted out, or admitted but not yet in its
+/// ring, made the queue look full with nothing to displace.)
+#[test]
+#[cfg_attr(miri, ignore = "threads spinning for a second of real time")]
+fn f04_a_critical_push_is_refused_only_when_every_slot_holds_a_critical_item() {
+    let dlq: DeadLetterQueue<u64> = DeadLetterQueue::with_capacity(1).unwrap();
+    let idle = dlq.producer();
+    let critical = dlq.producer();
+    let stop = AtomicBool::new(false);
+    let critical_popped = AtomicUsize::new(0);
+    let refused = AtomicUsize::new(0);
+    let deadline = Instant::now() + Duration::from_millis(scaled(1500) as u64);
+    let (stop, critical_popped, refused) = (&stop, &critical_popped, &refused);
+    thread::scope(|s| {
+        s.spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = idle.push(i, Idle);
+                i += 1;
+            }
+        });
+        s.spawn(move || {
+            let mut queued = 0;
+            while Instant::now() < deadline {
+                while critical_popped.load(Ordering::Acquire) < queued {
+                    std::hint::spin_loop();
+                }
+                match critical.push(queued as u64, Critical) {
+                    Ok(_) => queued += 1,
+                    Err(Full(_)) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Some((_, Critical)) = dlq.pop() {
+                    critical_popped.fetch_add(1, Ordering::Release);
+                }
+            }
+            while let Some((_, class)) = dlq.pop() {
+                if class == Critical {
+                    critical_popped.fetch_add(1, Ordering::Release);
+                }
+            }
+        });
+    });
+    assert_eq!(
+        refused.load(Ordering::Relaxed),
+        0,
+        "Critical pushes refused while no Critical item was queued"
+    );
+}

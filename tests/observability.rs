@@ -166,6 +166,7 @@ fn flapping_is_flagged_announced_and_cleared() {
         b.allow().unwrap().record(false); // OPEN -> HALF_OPEN -> OPEN
         assert_eq!(b.snapshot().flapping, cycle > 3, "cycle {cycle}");
     }
+    b.tick(); // delivers the transitions `allow` and `record` queued
     let raised: Vec<_> = seen
         .lock()
         .unwrap()

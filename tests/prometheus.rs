@@ -75,6 +75,14 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, Sample> {
         put("breaker_errors_total", &[], Kind::Counter, s.totals.errors as f64);
         put("breaker_slow_calls_total", &[], Kind::Counter, s.totals.slow as f64);
         put("breaker_cancelled_total", &[], Kind::Counter, s.totals.cancelled as f64);
+        put("breaker_stale_calls_total", &[], Kind::Counter, s.totals.stale as f64);
+        put("breaker_events_lost_total", &[], Kind::Counter, s.events_lost as f64);
+        put(
+            "breaker_listener_panics_total",
+            &[],
+            Kind::Counter,
+            s.listener_panics as f64,
+        );
         put(
             "breaker_shadow_rejections_total",
             &[],
@@ -169,8 +177,10 @@ fn parsed(text: &str) -> BTreeMap<Key, Sample> {
 
 /// Fills `registry` with four consumers that exercise every series:
 /// `pricing` tripped on latency and open for 2.5 s with a dead-letter queue
-/// holding 5 items, `compliance` healthy, `ledger` flapping, `search` idle
-/// under metrics-only. Returns what keeps them alive.
+/// holding 5 items, `compliance` healthy with one stale verdict, `ledger`
+/// flapping with more transitions queued than its listener's queue holds,
+/// `search` idle under metrics-only with a listener that panics. Returns what
+/// keeps them alive.
 fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
     // pricing: 10% of calls over the 50 ms threshold (the P99 rule allows
     // 1%), two breaching windows trip it.
@@ -225,11 +235,16 @@ fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
             Breaker::builder().clock(compliance_clock.clone()).ticker(false)
         })
         .unwrap();
+    let before_reset = compliance.allow().unwrap();
+    compliance.force_open();
+    compliance.reset();
+    before_reset.record_latency(MS, true); // admitted two transitions ago: stale
     for i in 0..50u32 {
         compliance.allow().unwrap().record_latency((1 + i % 4) * MS, true);
     }
     compliance_clock.advance(SEC);
     compliance.tick();
+    assert_eq!(compliance.snapshot().totals.stale, 1);
 
     // ledger: re-opens after each failed probe, more often than the limit.
     let ledger_clock = ManualClock::new();
@@ -241,23 +256,31 @@ fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
                 .base_backoff(100 * MS)
                 .max_backoff(100 * MS)
                 .flapping(1, 60 * SEC)
+                .on_transition(|_| {})
         })
         .unwrap();
     ledger.trip_now();
-    for _ in 0..2 {
+    // 40 cycles, 80 transitions on the hot path, queued for the next tick:
+    // 16 more than the queue holds.
+    for _ in 0..40 {
         ledger_clock.advance(100 * MS);
         ledger.allow().unwrap().record(false); // OPEN -> HALF_OPEN -> OPEN
     }
     ledger_clock.advance(40 * MS);
+    assert_eq!(ledger.snapshot().events_lost, 16);
 
     // search: idle, metrics-only, no window closed with calls.
     let search_clock = ManualClock::new();
     let search = registry
         .get_or_create("search", || {
-            Breaker::builder().clock(search_clock.clone()).ticker(false)
+            Breaker::builder()
+                .clock(search_clock.clone())
+                .ticker(false)
+                .on_transition(|_| panic!("a listener bug (expected by this test)"))
         })
         .unwrap();
     search.metrics_only();
+    assert_eq!(search.snapshot().listener_panics, 1);
     search_clock.advance(SEC);
     search.tick();
 
@@ -310,10 +333,10 @@ fn every_series_matches_the_snapshots() {
     for k in got.keys() {
         assert!(want.contains_key(k), "unexpected series {k:?} in\n{text}");
     }
-    // 4 consumers × (14 series + 4 quantiles + 7 limits), + 2 + 5 × 3 for
+    // 4 consumers × (17 series + 4 quantiles + 7 limits), + 2 + 5 × 3 for
     // the queue. Ledger and search closed no window with calls: NaN.
     assert_eq!(by_name("ledger").snapshot.window.latency, None);
-    assert_eq!(got.len(), 4 * (14 + 4 + 7) + 2 + 5 * 3);
+    assert_eq!(got.len(), 4 * (17 + 4 + 7) + 2 + 5 * 3);
     let nan = key(
         "breaker_latency_seconds",
         &[("consumer", "search"), ("quantile", "0.99")],
@@ -341,6 +364,9 @@ fn names_and_types_are_exactly_the_documented_ones() {
         ("breaker_errors_total", "counter"),
         ("breaker_slow_calls_total", "counter"),
         ("breaker_cancelled_total", "counter"),
+        ("breaker_stale_calls_total", "counter"),
+        ("breaker_events_lost_total", "counter"),
+        ("breaker_listener_panics_total", "counter"),
         ("breaker_shadow_rejections_total", "counter"),
         ("breaker_latency_seconds", "gauge"),
         ("breaker_window_seconds", "gauge"),

@@ -1,0 +1,188 @@
+//! The hot-path operations, one at a time, for counting their instructions
+//! under callgrind (`.ci/instructions` runs this binary and compares the
+//! counts with `benches/instructions.baseline`).
+//!
+//! `instructions <op> <n>` runs `<op>` `n` times inside a function named
+//! `measure_<op>` (never inlined), so that
+//! `valgrind --tool=callgrind --toggle-collect='*measure_<op>*'` counts
+//! exactly those `n` operations and the loop around them. Without arguments
+//! (as `cargo test --benches` runs it) it runs every operation a few
+//! thousand times and checks that each does what its name says.
+
+use std::hint::black_box;
+use std::time::Duration;
+use tailguard::clock::{ClockSource, ManualClock};
+use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
+use tailguard::{Breaker, RejectReason, State};
+
+const LATENCY: Duration = Duration::from_micros(200);
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Every operation, by name.
+const OPS: [&str; 7] = [
+    "closed_allow_record_latency",
+    "closed_cycle",
+    "local_allow_record_latency",
+    "open_reject",
+    "half_open_probe_cancel",
+    "half_open_probe_round",
+    "dlq_push_pop",
+];
+
+fn closed(clock: ClockSource, local: usize) -> Breaker {
+    Breaker::builder()
+        .clock(clock)
+        .ticker(false)
+        .local_handles(local)
+        .build()
+        .expect("valid config")
+}
+
+#[inline(never)]
+fn measure_closed_allow_record_latency(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        b.allow().expect("closed").record_latency(black_box(LATENCY), true);
+    }
+}
+
+#[inline(never)]
+fn measure_closed_cycle(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        b.allow().expect("closed").record(true);
+    }
+}
+
+#[inline(never)]
+fn measure_local_allow_record_latency(h: &tailguard::LocalHandle, n: u64) {
+    for _ in 0..n {
+        h.allow().expect("closed").record_latency(black_box(LATENCY), true);
+    }
+}
+
+#[inline(never)]
+fn measure_open_reject(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        black_box(b.allow().is_err());
+    }
+}
+
+/// HALF_OPEN: take the probe slot, then give it back by dropping the permit.
+#[inline(never)]
+fn measure_half_open_probe_cancel(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        let p = b.allow().expect("a free probe slot");
+        black_box(p.is_probe());
+        drop(p);
+    }
+}
+
+/// HALF_OPEN: take the probe slot and record a good verdict (the breaker
+/// needs more successes than `n` to close).
+#[inline(never)]
+fn measure_half_open_probe_round(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        b.allow()
+            .expect("a free probe slot")
+            .record_latency(black_box(LATENCY), true);
+    }
+}
+
+#[inline(never)]
+fn measure_dlq_push_pop(q: &DeadLetterQueue<u64>, n: u64) {
+    for i in 0..n {
+        let _ = black_box(q.push(i, Priority::Routine));
+        black_box(q.pop());
+    }
+}
+
+/// A breaker in HALF_OPEN with `probes` slots, needing `successes` good
+/// probes to close.
+fn half_open(successes: u32) -> Breaker {
+    let clock = ManualClock::new();
+    let b = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .success_to_close(successes)
+        .probe_lease(HOUR)
+        .build()
+        .expect("valid config");
+    b.trip_now();
+    clock.advance(Duration::from_secs(1));
+    b.tick();
+    assert_eq!(b.state(), State::HalfOpen);
+    b
+}
+
+fn run(op: &str, n: u64) {
+    match op {
+        "closed_allow_record_latency" => {
+            let b = closed(ClockSource::coarse(), 0);
+            measure_closed_allow_record_latency(&b, n);
+            assert_eq!(b.state(), State::Closed);
+        }
+        "closed_cycle" => {
+            let b = closed(ClockSource::coarse(), 0);
+            measure_closed_cycle(&b, n);
+            assert_eq!(b.state(), State::Closed);
+        }
+        "local_allow_record_latency" => {
+            let b = closed(ClockSource::coarse(), 1);
+            let h = b.local_handle().expect("one local shard");
+            measure_local_allow_record_latency(&h, n);
+            assert_eq!(b.state(), State::Closed);
+        }
+        "open_reject" => {
+            let b = Breaker::builder()
+                .clock(ClockSource::coarse())
+                .ticker(false)
+                .base_backoff(HOUR)
+                .max_backoff(HOUR)
+                .build()
+                .expect("valid config");
+            b.trip_now();
+            assert_eq!(b.allow().map(|_| ()).unwrap_err().reason(), RejectReason::Open);
+            measure_open_reject(&b, n);
+            assert_eq!(b.state(), State::Open);
+        }
+        "half_open_probe_cancel" => {
+            let b = half_open(1);
+            measure_half_open_probe_cancel(&b, n);
+            assert_eq!(b.state(), State::HalfOpen);
+            assert_eq!(b.snapshot().probes_in_flight, 0);
+        }
+        "half_open_probe_round" => {
+            // Rounds of 200 good probes (255 close), each round from a fresh
+            // HALF_OPEN breaker: the count is per probe.
+            let mut left = n;
+            while left > 0 {
+                let b = half_open(255);
+                let k = left.min(200);
+                measure_half_open_probe_round(&b, k);
+                assert_eq!(b.state(), State::HalfOpen);
+                assert_eq!(b.snapshot().probe_successes as u64, k);
+                left -= k;
+            }
+        }
+        "dlq_push_pop" => {
+            let q = DeadLetterQueue::with_capacity(1024).expect("capacity");
+            assert!(matches!(q.push(0, Priority::Routine), Ok(Pushed::Queued)));
+            assert_eq!(q.pop(), Some((0, Priority::Routine)));
+            measure_dlq_push_pop(&q, n);
+            assert!(q.is_empty());
+        }
+        other => panic!("unknown operation {other:?}; one of {OPS:?}"),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    match args.as_slice() {
+        [op, n] => run(op, n.parse().expect("a count")),
+        [op] => run(op, 100_000),
+        _ => {
+            for op in OPS {
+                run(op, 5_000);
+            }
+        }
+    }
+}
