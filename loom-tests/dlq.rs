@@ -35,7 +35,7 @@ struct Scenario {
 }
 
 fn check(s: &Scenario) {
-    let q = DeadLetterQueue::__with_capacity_starting_at(s.capacity, s.start).unwrap();
+    let q = DeadLetterQueue::with_capacity_starting_at(s.capacity, s.start).unwrap();
     let mut all: Vec<Id> = Vec::new();
     for (k, &class) in s.prefill.iter().enumerate() {
         let id = (0, k);
@@ -247,7 +247,7 @@ fn cap2_two_items_each() {
 #[test]
 fn critical_push_racing_the_pop_of_the_last_lower_item_is_never_refused() {
     loom::model(|| {
-        let q = DeadLetterQueue::__with_capacity_starting_at(1, 0).unwrap();
+        let q = DeadLetterQueue::with_capacity_starting_at(1, 0).unwrap();
         assert!(matches!(q.push(1u8, Idle), Ok(Pushed::Queued)));
         let p = q.producer();
         let t = thread::spawn(move || p.push(2u8, Critical).map(|pushed| matches!(pushed, Pushed::Queued)));
@@ -272,7 +272,7 @@ fn critical_push_racing_the_pop_of_the_last_lower_item_is_never_refused() {
 #[test]
 fn displacement_takes_the_lowest_class_present_even_in_transit() {
     loom::model(|| {
-        let q = DeadLetterQueue::__with_capacity_starting_at(2, 0).unwrap();
+        let q = DeadLetterQueue::with_capacity_starting_at(2, 0).unwrap();
         assert!(matches!(q.push(0u8, Routine), Ok(Pushed::Queued)));
         let (pi, pc) = (q.producer(), q.producer());
         let idle = thread::spawn(move || pi.push(1u8, Idle));

@@ -2,8 +2,8 @@
 //!
 //! The breaker reads time through a [`ClockSource`], chosen when it is built:
 //!
-//! * [`ClockSource::precise`] (the default): quanta's TSC-backed clock, a few
-//!   tens of nanoseconds per read and nanosecond resolution.
+//! * [`ClockSource::precise`] (the default): quanta's TSC-backed clock,
+//!   nanosecond resolution, a read costing several atomic loads.
 //! * [`CoarseClock`]: one relaxed atomic load per read, refreshed by a
 //!   process-wide upkeep thread every millisecond; for consumers whose
 //!   latencies are milliseconds, where the precise read would dominate the

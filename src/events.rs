@@ -28,7 +28,7 @@
 //! with the next event. User code never unwinds through the breaker or the
 //! ticker thread.
 
-use crate::breaker::Transition;
+use crate::report::Transition;
 use crate::sync::Mutex;
 use std::collections::VecDeque;
 

@@ -1,31 +1,42 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod breaker;
-pub mod clock;
+// Leaves: plain data and pure rules, importing nothing of the machinery.
 mod config;
-pub mod dlq;
 mod error;
+mod report;
+mod sketch;
+mod sync;
+mod trip;
+
+// The machinery.
+mod breaker;
+mod builder;
+pub mod clock;
+pub mod dlq;
 mod events;
+mod shard;
+mod state;
+#[cfg(not(tailguard_loom))]
+mod ticker;
+
+// What is built on the breaker.
 #[cfg(all(feature = "prometheus", not(tailguard_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod prometheus;
 #[cfg(not(tailguard_loom))]
 mod registry;
-mod shard;
-mod state;
-mod sync;
-#[cfg(not(tailguard_loom))]
-mod ticker;
 
-pub use breaker::{
-    Breaker, LatencyQuantiles, Limits, LocalHandle, LocalPermit, NoLocalShard, Permit, Reason, RejectReason, Rejected,
-    Snapshot, Transition, WindowStats, QUANTILE_RELATIVE_ERROR,
-};
-pub use config::{BreakerBuilder, CancelPolicy, Jitter};
+pub use breaker::{Breaker, LocalHandle, LocalPermit, Permit};
+pub use builder::BreakerBuilder;
+pub use config::{CancelPolicy, Jitter};
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(not(tailguard_loom))]
 pub use registry::{ConsumerSnapshot, Registry};
-pub use state::{Mode, State};
+pub use report::{
+    LatencyQuantiles, Limits, Mode, NoLocalShard, Reason, RejectReason, Rejected, Snapshot, State, Totals, Transition,
+    WindowStats,
+};
+pub use sketch::QUANTILE_RELATIVE_ERROR;
 #[cfg(not(tailguard_loom))]
 pub use ticker::Ticker;

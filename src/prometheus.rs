@@ -48,7 +48,7 @@
 
 use crate::dlq::{ClassStats, Priority};
 use crate::registry::{ConsumerSnapshot, Registry};
-use crate::state::Mode;
+use crate::report::Mode;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;

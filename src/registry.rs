@@ -1,9 +1,10 @@
 //! A registry of named breakers, one per consumer.
 
-use crate::breaker::{Breaker, Snapshot};
-use crate::config::BreakerBuilder;
+use crate::breaker::Breaker;
+use crate::builder::BreakerBuilder;
 use crate::dlq::{Producer, Stats};
 use crate::error::ConfigError;
+use crate::report::Snapshot;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -6,25 +6,12 @@
 //! never write one cache line. A successful call is ONE `fetch_add`: on the
 //! latency bucket of its key. Calls, slow calls and the latency quantiles all
 //! come from the buckets at window close, and the slow count is exact (see
-//! [`bucket_of`]); a failed call adds one more `fetch_add` on `errors`.
+//! `sketch::bucket_of`); a failed call adds one more `fetch_add` on `errors`.
 //!
 //! # Buckets
-//! Bucket `i` holds latencies `v` with `ceil(8 · log2 v) = 80 + i`: eight
-//! buckets per octave, from 1 µs (bucket 0 also takes everything faster) to
-//! 2^36 ns ≈ 68.7 s (bucket [`TOP`] also takes everything slower). These are
-//! exactly the keys of a DDSketch with `γ = 2^(1/8)` (relative accuracy
-//! α = (γ − 1)/(γ + 1) ≈ 4.33%): window close merges the shards' buckets
-//! into what such a sketch would hold and reads the quantiles off it with
-//! the sketch's own rank rule (`tests/observability.rs` checks the result
-//! against `sketches-ddsketch` fed the same samples). The hot path finds the key without a logarithm:
-//! the exponent from `leading_zeros`, the position within the octave from a
-//! 256-entry table on the next eight bits. A value within 1/256 (0.39%) of a
-//! bucket boundary may land in the neighbouring bucket, so a reported
-//! quantile is within 4.33% + 0.39% = **4.72%** of the true one.
-//!
-//! The bucket holding the latency threshold `T` is split: slow calls (above
-//! `T`) whose key equals `T`'s go to an extra bucket, [`STRADDLE`], so that
-//! slow = (buckets above `T`'s) + straddle, exactly.
+//! The latency buckets are the sketch's (see `sketch.rs`): a record adds one
+//! to the bucket of its latency (`sketch::bucket_of`), which counts the call and,
+//! exactly, whether it was slow.
 //!
 //! Buckets are 16-bit lanes, four to an `AtomicU64` (a record adds
 //! `1 << (16 × lane)`), so that a shard (buckets, carries, counters) fits in
@@ -63,24 +50,10 @@
 //! its own epoch already claimed (the clock stepped back past a close), is
 //! not tracked: it is counted when it returns, never as in flight.
 
+use crate::sketch::{is_slow_bucket, key_index, sketch_key, BUCKETS};
 use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
-/// Octaves covered: 2^10 ns (1 µs) to 2^(10 + OCTAVES) ns. Under the loom
-/// models one octave, so that a window close stays a few dozen operations.
-#[cfg(not(tailguard_loom))]
-const OCTAVES: usize = 26;
-#[cfg(tailguard_loom)]
-const OCTAVES: usize = 1;
-const MIN_EXP: u32 = 10;
-/// Sketch key of bucket 0: `ceil(8 · log2 2^10)`.
-pub(crate) const KEY_OFFSET: i32 = 80;
-/// The last ordinary bucket.
-pub(crate) const TOP: usize = 8 * OCTAVES;
-/// The slow half of the threshold's bucket.
-pub(crate) const STRADDLE: usize = TOP + 1;
-/// Buckets per shard.
-pub(crate) const BUCKETS: usize = TOP + 2;
 /// Buckets are 16-bit lanes, four to an `AtomicU64`: window close reads a
 /// shard's histogram in 53 loads instead of 210.
 const LANES: usize = 4;
@@ -92,66 +65,6 @@ const SPILL_AT: u64 = 1 << 15;
 pub(crate) const CARRIES: usize = 20;
 const TAG_SHIFT: u32 = 56;
 const COUNT_MASK: u64 = (1 << TAG_SHIFT) - 1;
-
-/// `TABLE[m]` = `ceil(8 · log2(1 + (m + ½)/256))`: the position within an
-/// octave of the values whose next eight bits after the leading one are `m`.
-/// Integer-only: the smallest `j` with `((513 + 2m)/512)^8 <= 2^j`.
-static TABLE: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut m = 0;
-    while m < 256 {
-        let x = (513 + 2 * m) as u128;
-        let x8 = x * x * x * x * x * x * x * x; // < 2^80
-        let mut j = 0;
-        while x8 > (1u128 << (72 + j)) {
-            j += 1;
-        }
-        t[m] = j as u8;
-        m += 1;
-    }
-    t
-};
-
-/// The bucket of a latency of `ns` nanoseconds.
-#[inline(always)]
-pub(crate) fn key_index(ns: u64) -> usize {
-    if ns <= 1 << MIN_EXP {
-        return 0;
-    }
-    let lz = ns.leading_zeros();
-    let exp = 63 - lz;
-    let mantissa = ((ns << lz) << 1 >> 56) as usize;
-    let index = 8 * (exp - MIN_EXP) as usize + TABLE[mantissa] as usize;
-    if index > TOP {
-        TOP
-    } else {
-        index
-    }
-}
-
-/// The bucket a call is counted in: its key's, except that a slow call in
-/// the threshold's own bucket goes to [`STRADDLE`].
-#[inline(always)]
-pub(crate) fn bucket_of(ns: u64, slow: bool, threshold_index: usize) -> usize {
-    let index = key_index(ns);
-    if slow && index == threshold_index {
-        STRADDLE
-    } else {
-        index
-    }
-}
-
-/// Whether calls in `bucket` are slow.
-#[inline]
-pub(crate) fn is_slow_bucket(bucket: usize, threshold_index: usize) -> bool {
-    bucket == STRADDLE || (bucket > threshold_index && bucket <= TOP)
-}
-
-/// The sketch key of a bucket (the straddle bucket shares the threshold's).
-pub(crate) fn sketch_key(bucket: usize, threshold_index: usize) -> i32 {
-    let b = if bucket == STRADDLE { threshold_index } else { bucket };
-    KEY_OFFSET + b as i32
-}
 
 /// The counts of one window (or a part of one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -643,32 +556,7 @@ fn thread_index() -> usize {
 #[cfg(all(test, not(tailguard_loom)))]
 mod tests {
     use super::*;
-
-    /// The exact key, with a logarithm: what the table approximates.
-    fn exact(ns: u64) -> i64 {
-        (8.0 * (ns as f64).log2()).ceil() as i64 - i64::from(KEY_OFFSET)
-    }
-
-    #[test]
-    fn table_keys_match_the_logarithm_except_within_a_bin_of_a_boundary() {
-        let mut mismatches = 0;
-        let mut ns = 1025u64;
-        while ns < 1 << 36 {
-            let got = key_index(ns) as i64;
-            let want = exact(ns);
-            if got != want {
-                mismatches += 1;
-                assert_eq!((got - want).abs(), 1, "{ns}");
-                // The value sits within 1/256 of the boundary between the two.
-                let boundary = 2f64.powf((want.max(got) + i64::from(KEY_OFFSET) - 1) as f64 / 8.0);
-                assert!(((ns as f64) / boundary - 1.0).abs() < 1.0 / 256.0, "{ns}");
-            }
-            ns += ns / 997 + 1;
-        }
-        assert!(mismatches > 0 && mismatches < 2_000, "{mismatches}");
-        assert_eq!(key_index(0), 0);
-        assert_eq!(key_index(u64::MAX), TOP);
-    }
+    use crate::sketch::bucket_of;
 
     #[test]
     fn slow_count_is_exact_around_the_threshold() {

@@ -33,6 +33,7 @@
 //! multiple of 2^30 transitions would be counted in the window instead of
 //! as stale, one call among a window's.
 
+use crate::report::{Mode, State};
 use crate::sync::{AtomicU64, Ordering};
 use core::fmt;
 
@@ -61,97 +62,39 @@ pub(crate) const OPEN_NORMAL: u64 = 1 << STATE_SHIFT;
 /// Highest backoff level kept; `base × 2^31` exceeds any accepted maximum.
 pub(crate) const MAX_LEVEL: u8 = 31;
 
-/// The breaker's state.
-///
-/// ```
-/// use tailguard::{Breaker, State};
-/// let b = Breaker::builder().build().unwrap();
-/// assert_eq!(b.state(), State::Closed);
-/// b.force_open();
-/// assert_eq!(b.state(), State::Open);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum State {
-    /// Calls pass and are measured.
-    Closed,
-    /// Calls are rejected at once.
-    Open,
-    /// A bounded number of probe calls pass.
-    HalfOpen,
-}
-
-impl State {
-    /// The Prometheus encoding: 0 closed, 1 open, 2 half-open.
-    ///
-    /// ```
-    /// assert_eq!(tailguard::State::HalfOpen.as_metric(), 2);
-    /// ```
-    pub fn as_metric(self) -> u8 {
-        match self {
-            State::Closed => 0,
-            State::Open => 1,
-            State::HalfOpen => 2,
-        }
-    }
-
-    fn from_bits(bits: u64) -> Self {
-        match bits {
-            1 => State::Open,
-            2 => State::HalfOpen,
-            _ => State::Closed,
-        }
-    }
-
-    fn bits(self) -> u64 {
-        u64::from(self.as_metric())
+#[inline]
+fn state_from_bits(bits: u64) -> State {
+    match bits {
+        1 => State::Open,
+        2 => State::HalfOpen,
+        _ => State::Closed,
     }
 }
 
-/// An operator override, reported apart from the [`State`].
-///
-/// ```
-/// use tailguard::{Breaker, Mode};
-/// let b = Breaker::builder().build().unwrap();
-/// b.metrics_only();
-/// assert_eq!(b.mode(), Mode::MetricsOnly);
-/// b.reset();
-/// assert_eq!(b.mode(), Mode::Normal);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// No override: the breaker decides.
-    Normal,
-    /// Every call is rejected ([`Breaker::force_open`](crate::Breaker::force_open)).
-    ForcedOpen,
-    /// Every call passes and is measured; the breaker never trips
-    /// ([`Breaker::force_closed`](crate::Breaker::force_closed)).
-    ForcedClosed,
-    /// Every call passes; nothing is measured ([`Breaker::disable`](crate::Breaker::disable)).
-    Disabled,
-    /// The breaker measures and decides as in `Normal`, reports what it
-    /// would do, and never rejects ([`Breaker::metrics_only`](crate::Breaker::metrics_only)).
-    MetricsOnly,
+#[inline]
+fn state_bits(state: State) -> u64 {
+    u64::from(state.as_metric())
 }
 
-impl Mode {
-    fn from_bits(bits: u64) -> Self {
-        match bits {
-            1 => Mode::ForcedOpen,
-            2 => Mode::ForcedClosed,
-            3 => Mode::Disabled,
-            4 => Mode::MetricsOnly,
-            _ => Mode::Normal,
-        }
+#[inline]
+fn mode_from_bits(bits: u64) -> Mode {
+    match bits {
+        1 => Mode::ForcedOpen,
+        2 => Mode::ForcedClosed,
+        3 => Mode::Disabled,
+        4 => Mode::MetricsOnly,
+        _ => Mode::Normal,
     }
+}
 
-    fn bits(self) -> u64 {
-        match self {
-            Mode::Normal => 0,
-            Mode::ForcedOpen => 1,
-            Mode::ForcedClosed => 2,
-            Mode::Disabled => 3,
-            Mode::MetricsOnly => 4,
-        }
+#[inline]
+fn mode_bits(mode: Mode) -> u64 {
+    match mode {
+        Mode::Normal => 0,
+        Mode::ForcedOpen => 1,
+        Mode::ForcedClosed => 2,
+        Mode::Disabled => 3,
+        Mode::MetricsOnly => 4,
     }
 }
 
@@ -164,11 +107,11 @@ impl Word {
 
     #[inline]
     pub(crate) fn state(self) -> State {
-        State::from_bits((self.0 & STATE_MASK) >> STATE_SHIFT)
+        state_from_bits((self.0 & STATE_MASK) >> STATE_SHIFT)
     }
     #[inline]
     pub(crate) fn mode(self) -> Mode {
-        Mode::from_bits((self.0 & MODE_MASK) >> MODE_SHIFT)
+        mode_from_bits((self.0 & MODE_MASK) >> MODE_SHIFT)
     }
     #[inline]
     pub(crate) fn level(self) -> u8 {
@@ -213,7 +156,7 @@ impl Word {
     pub(crate) fn transition(self, state: State, mode: Mode) -> Word {
         let gen = (u64::from(self.generation()) + 1) & ((1 << GEN_BITS) - 1);
         let kept = self.0 & LEVEL_MASK;
-        Word(kept | (state.bits() << STATE_SHIFT) | (mode.bits() << MODE_SHIFT) | (gen << GEN_SHIFT))
+        Word(kept | (state_bits(state) << STATE_SHIFT) | (mode_bits(mode) << MODE_SHIFT) | (gen << GEN_SHIFT))
     }
 }
 

@@ -82,12 +82,11 @@ const SLOT_NS: u64 = 5_000_000;
 /// [`BreakerBuilder::window`](crate::BreakerBuilder::window)), so the
 /// breakers that share a clock and a window length (the default ones, say)
 /// are all due at once, and the thread wakes once per window for all of
-/// them: a wake costs far more than a window close, tens of microseconds on
-/// a virtual machine. (Breakers with many different window lengths cost it
-/// up to one wake per 5 ms slot.) It ticks each batch with the memory of
-/// the breakers ahead already loading. On the machine the crate is measured
-/// on, it takes under 1% of one core for 10,000 breakers with 1 s windows
-/// (see `examples/scale.rs`).
+/// them: a wake costs far more than a window close. (Breakers with many
+/// different window lengths cost it up to one wake per 5 ms slot.) It ticks
+/// each batch with the memory of the breakers ahead already loading. The
+/// README gives its measured share of a core at 10,000 breakers
+/// (`examples/scale.rs`).
 ///
 /// It runs while at least one [`Ticker`] handle lives; the last handle to
 /// drop stops and joins it. Breakers hold no reference to it and it holds

@@ -197,65 +197,6 @@ fn full_of_critical_hands_back_and_evicts_nothing() {
     }
 }
 
-/// A deterministic workload over every class, checked against a model.
-fn cycle_against_model(cap: usize, start: usize, ops: usize) {
-    let q = DeadLetterQueue::__with_capacity_starting_at(cap, start).unwrap();
-    let mut model: [std::collections::VecDeque<u64>; 3] = Default::default();
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (cap as u64) ^ (start as u64);
-    let mut next = 0u64;
-    for _ in 0..ops {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        if rng % 8 < 5 {
-            let class = Priority::ALL[(rng >> 8) as usize % 3];
-            let v = next;
-            next += 1;
-            let len: usize = model.iter().map(|m| m.len()).sum();
-            let got = q.push(v, class);
-            if len < cap {
-                assert_eq!(got, Ok(Pushed::Queued));
-                model[class as usize].push_back(v);
-            } else if let Some(low) = (0..class as usize).find(|&c| !model[c].is_empty()) {
-                let old = model[low].pop_front().unwrap();
-                assert_eq!(got, Ok(Pushed::Displaced(old, Priority::ALL[low])));
-                model[class as usize].push_back(v);
-            } else {
-                assert_eq!(got, Err(Full(v)));
-            }
-        } else {
-            let want = (0..3)
-                .rev()
-                .find(|&c| !model[c].is_empty())
-                .map(|c| (model[c].pop_front().unwrap(), Priority::ALL[c]));
-            assert_eq!(q.pop(), want);
-        }
-        assert_eq!(q.len(), model.iter().map(|m| m.len()).sum::<usize>());
-    }
-    let d = q.fallback_depth();
-    assert_eq!([d.idle, d.routine, d.critical], [0, 1, 2].map(|c| model[c].len()));
-    assert_conserved(&q.stats());
-}
-
-#[test]
-fn small_capacities_wrap_many_times() {
-    // Millions of operations in total (fewer under Miri).
-    for cap in 1..=3 {
-        cycle_against_model(cap, 0, scaled(1_000_000));
-        // And across the wrap of the positions themselves.
-        cycle_against_model(cap, usize::MAX - 1_000, scaled(200_000));
-    }
-}
-
-#[test]
-fn positions_start_near_usize_max() {
-    for cap in 1..=5 {
-        for back in [0usize, 1, 2, 3, 7, 64] {
-            cycle_against_model(cap, usize::MAX - back, scaled(20_000).min(20_000));
-        }
-    }
-}
-
 /// An item that counts its drops in a shared table.
 struct Counted {
     id: usize,

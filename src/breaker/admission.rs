@@ -1,0 +1,264 @@
+//! Admission: `allow` in each state. CLOSED passes (one load of the state
+//! word, one clock read); OPEN rejects until its deadline, and the first
+//! caller past it moves the breaker to HALF_OPEN as its first probe;
+//! HALF_OPEN admits probes into a bounded number of slots, each with a lease
+//! of its own, and re-opens when a probe outlives its lease.
+//!
+//! Touches the state word (the OPEN → HALF_OPEN CAS, probe slots), the
+//! probe leases, `shadow_rejections`, and reads the published OPEN deadline.
+
+use super::permit::{Core, Tag};
+use super::Inner;
+use crate::report::Mode;
+use crate::report::{Reason, RejectReason, Rejected, State};
+use crate::state::{Decision, Word, FAST_PATH_MASK, OPEN_NORMAL};
+use crate::sync::{AtomicU64, Ordering};
+
+/// The lease of one probe slot: which round holds it and since when.
+///
+/// `tag` is 0 when free, [`Lease::CLAIMING`] while a probe stamps it, else
+/// the full generation (see `StateCell::full_generation`) of the HALF_OPEN
+/// round whose probe holds it. A probe takes an entry after the CAS that gave
+/// it a slot, with its own admission time, and frees it before the CAS that
+/// returns the slot; an entry of an earlier round is free for the taking
+/// (its probe is stale). So an entry tagged with the current round always
+/// carries the admission time of the probe that holds it.
+#[derive(Debug)]
+pub(super) struct Lease {
+    pub(super) tag: AtomicU64,
+    pub(super) since: AtomicU64,
+}
+
+impl Lease {
+    pub(super) const FREE: u64 = 0;
+    const CLAIMING: u64 = u64::MAX;
+}
+
+impl Inner {
+    /// `allow` for both handle kinds.
+    #[inline(always)]
+    pub(super) fn admit(&self) -> Result<Core<'_>, Rejected> {
+        let word = self.state.load();
+        if word.0 & FAST_PATH_MASK == 0 {
+            return Ok(self.normal_permit(word));
+        }
+        if word.0 & FAST_PATH_MASK == OPEN_NORMAL {
+            if let Some(rejected) = self.reject_open_fast(word) {
+                return Err(rejected);
+            }
+        }
+        self.admit_slow(word)
+    }
+
+    /// OPEN, no override, backoff running and the clock sane: the rejection
+    /// in a few loads and one clock read. Anything else (the deadline not yet
+    /// published, the backoff over, a clock that stepped back) takes the
+    /// slow path.
+    #[inline(always)]
+    pub(super) fn reject_open_fast(&self, word: Word) -> Option<Rejected> {
+        if self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation()) {
+            return None;
+        }
+        let deadline = self.deadline.load(Ordering::Acquire);
+        let now = self.signed_now(self.clock.raw());
+        let earliest = (deadline as i64 - self.config.max_ns as i64).max(0);
+        (now >= earliest && now < deadline as i64).then(|| Rejected::new(RejectReason::Open, deadline - now as u64))
+    }
+
+    /// An ordinary permit, admitted under `word`.
+    #[inline(always)]
+    pub(super) fn normal_permit(&self, word: Word) -> Core<'_> {
+        let start = self.clock.raw();
+        let aux = if self.config.track_in_flight {
+            self.enter_flight(start)
+        } else {
+            0
+        };
+        Core {
+            inner: self,
+            start,
+            tag: Tag::normal(word),
+            aux,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn admit_slow(&self, mut word: Word) -> Result<Core<'_>, Rejected> {
+        loop {
+            match word.mode() {
+                Mode::Disabled => {
+                    return Ok(Core {
+                        inner: self,
+                        start: 0,
+                        tag: Tag::DISABLED,
+                        aux: 0,
+                    })
+                }
+                Mode::ForcedOpen => return Err(Rejected::new(RejectReason::ForcedOpen, u64::MAX)),
+                Mode::ForcedClosed => return Ok(self.normal_permit(word)),
+                Mode::Normal | Mode::MetricsOnly => {}
+            }
+            let verdict = match word.state() {
+                State::Closed => return Ok(self.normal_permit(word)),
+                State::Open => self.admit_open(word),
+                State::HalfOpen => self.admit_half_open(word),
+            };
+            match verdict {
+                Admit::Probe(core) => return Ok(core),
+                Admit::Retry(w) => word = w,
+                Admit::Reject(rejected) => {
+                    if word.mode() == Mode::MetricsOnly {
+                        self.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+                        return Ok(self.normal_permit(word));
+                    }
+                    return Err(rejected);
+                }
+            }
+        }
+    }
+
+    /// OPEN: reject until the deadline; the first caller past it moves the
+    /// breaker to HALF_OPEN and is its first probe.
+    pub(super) fn admit_open(&self, word: Word) -> Admit<'_> {
+        let gen = u64::from(word.generation());
+        if self.deadline_gen.load(Ordering::Acquire) != gen {
+            // The transition into OPEN is being published right now.
+            let d = self.config.backoff_ns(word.level());
+            return Admit::Reject(Rejected::new(RejectReason::Open, d));
+        }
+        let deadline = self.deadline.load(Ordering::Acquire);
+        let raw = self.clock.raw();
+        let signed = self.signed_now(raw);
+        // A correct clock is never more than the longest backoff before the
+        // deadline; further back, it stepped back: resume from the trip.
+        let now = if signed < deadline as i64 - self.config.max_ns as i64 {
+            self.raise_floor(raw, self.opened_at.load(Ordering::Acquire))
+        } else {
+            signed.max(0) as u64
+        };
+        if now < deadline {
+            return Admit::Reject(Rejected::new(RejectReason::Open, deadline - now));
+        }
+        let (_, stored, ()) = self.state.update(|w| {
+            if w != word {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.transition(State::HalfOpen, w.mode()).with_probes(1), ())
+        });
+        match stored {
+            Some(next) => {
+                self.note(word, next, Reason::BackoffElapsed, now);
+                Admit::Probe(self.probe_permit(next, raw, now))
+            }
+            None => Admit::Retry(self.state.load()),
+        }
+    }
+
+    /// HALF_OPEN: re-open if a probe of this round has outlived its lease;
+    /// otherwise take a probe slot if one is free (atomically: a caller that
+    /// loses the race for the last slot is rejected, never admitted without
+    /// one).
+    pub(super) fn admit_half_open(&self, word: Word) -> Admit<'_> {
+        let limit = self.config.probes;
+        let raw = self.clock.raw();
+        let now = self.now_from_raw(raw);
+        if self.lease_expired(word, now) {
+            return Admit::Retry(self.state.load());
+        }
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.state() != State::HalfOpen || w.generation() != word.generation() || w.probes() >= limit {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.with_probes(w.probes() + 1), ())
+        });
+        if let Some(next) = stored {
+            return Admit::Probe(self.probe_permit(next, raw, now));
+        }
+        if seen.state() != State::HalfOpen || seen.generation() != word.generation() {
+            return Admit::Retry(seen);
+        }
+        Admit::Reject(Rejected::new(RejectReason::ProbesBusy, u64::MAX))
+    }
+
+    /// The permit of a probe whose slot the CAS to `word` took: its lease
+    /// starts now, at its own admission (`raw`, `now`), whatever the word
+    /// the caller loaded before said.
+    #[inline]
+    pub(super) fn probe_permit(&self, word: Word, raw: u64, now: u64) -> Core<'_> {
+        let round = self.state.full_generation(word);
+        let lease = self.take_lease(round, now);
+        Core {
+            inner: self,
+            start: raw,
+            tag: Tag::probe(word, lease),
+            aux: round,
+        }
+    }
+
+    /// Takes a free lease entry (or one of an earlier round) for a probe of
+    /// `round` admitted at `now`; returns its index + 1, or 0 if the round is
+    /// already over (the probe is stale and needs none).
+    #[inline]
+    pub(super) fn take_lease(&self, round: u64, now: u64) -> usize {
+        let mut backoff = 0;
+        loop {
+            for (i, lease) in self.leases.iter().enumerate() {
+                let tag = lease.tag.load(Ordering::Acquire);
+                if tag == Lease::CLAIMING || (tag != Lease::FREE && tag >= round) {
+                    continue;
+                }
+                if lease
+                    .tag
+                    .compare_exchange(tag, Lease::CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    lease.since.store(now, Ordering::Release);
+                    lease.tag.store(round, Ordering::Release);
+                    return i + 1;
+                }
+            }
+            // Every entry is this round's or being stamped: a probe of an
+            // earlier round is stamping the one this round will find free
+            // (its slot count guarantees one), unless the round is over.
+            let w = self.state.load();
+            if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
+                return 0;
+            }
+            crate::sync::spin(&mut backoff);
+        }
+    }
+
+    /// Frees lease entry `lease − 1` if round `round` still holds it.
+    #[inline]
+    pub(super) fn release_lease(&self, lease: usize, round: u64) {
+        if let Some(entry) = lease.checked_sub(1).and_then(|i| self.leases.get(i)) {
+            let _ = entry
+                .tag
+                .compare_exchange(round, Lease::FREE, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// If a probe of `word`'s round has been out longer than the lease,
+    /// re-open (a probe that has not answered within the lease is slower
+    /// than the threshold). Returns whether it did; the event is queued.
+    #[inline]
+    pub(super) fn lease_expired(&self, word: Word, now: u64) -> bool {
+        if word.state() != State::HalfOpen || word.probes() == 0 {
+            return false;
+        }
+        let round = self.state.full_generation(word);
+        let lease_ns = self.config.lease_ns;
+        let expired = self.leases.iter().any(|l| {
+            l.tag.load(Ordering::Acquire) == round && now >= l.since.load(Ordering::Acquire).saturating_add(lease_ns)
+        });
+        expired && self.reopen(round, Reason::ProbeLeaseExpired, now)
+    }
+}
+
+/// What admission in OPEN or HALF_OPEN decided.
+pub(super) enum Admit<'a> {
+    Probe(Core<'a>),
+    Retry(Word),
+    Reject(Rejected),
+}

@@ -1,0 +1,525 @@
+//! The breaker: the facade users hold ([`Breaker`]) and the state every part
+//! of it shares ([`Inner`]).
+//!
+//! One file per phase, each opening with what it owns and which shared
+//! fields it touches:
+//!
+//! - `time.rs`: breaker time (signed now, the clock floor);
+//! - `permit.rs`: permits and the owned per-core handle;
+//! - `admission.rs`: `allow` in each state, probe slots and their leases;
+//! - `transition.rs`: probe verdicts, re-opens, overrides, and what follows
+//!   a transition (deadline, flap, event);
+//! - `window.rs`: window close;
+//! - `flight.rs`: in-flight tracking.
+//!
+//! The trip rule is `crate::trip`, the latency sketch `crate::sketch`, the
+//! state word `crate::state`, the counters `crate::shard`.
+//!
+//! # Lock order
+//!
+//! The hot path takes no lock except to make a transition (the `flaps` lock
+//! to publish an OPEN deadline or count a flap, the event queue's lock to
+//! queue its event), each alone, briefly. Nested, the order is: `tick`
+//! (window close) before `flaps`, and `tick` before the event queue's lock;
+//! `flaps` and the event queue's lock are never held together, and no lock
+//! is held while the listener runs.
+
+mod admission;
+mod flight;
+mod permit;
+mod time;
+mod transition;
+mod window;
+
+pub use permit::{LocalHandle, LocalPermit, Permit};
+
+use admission::Lease;
+use transition::{splitmix, Flaps};
+use window::TickState;
+
+use crate::clock::ClockSource;
+use crate::config::{Config, Sizes};
+use crate::events::{Events, Listener};
+use crate::report::{Limits, Mode, NoLocalShard, Reason, Rejected, Snapshot, State, Totals, WindowStats};
+use crate::shard::Shards;
+use crate::state::StateCell;
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::trip::PPB;
+use core::fmt;
+use std::time::Duration;
+
+/// The state every part of a breaker shares, grouped by who writes it.
+///
+/// | fields | written by |
+/// |---|---|
+/// | `config`, `clock`, `epoch_ns`, `name` | the build only |
+/// | `state` | every transition (hot path, window close, overrides) and the probe counts (hot path) |
+/// | `shards`, `leases`, `local_free`, `shadow_rejections` | the hot path (`allow`, verdicts); window close drains the shards |
+/// | `shift` | whoever notices the clock behind what the breaker acted on (window close, an OPEN admission) |
+/// | `deadline`, `opened_at`, `deadline_gen`, `trip_count`, `rng`, `flaps`, `flapping` | whoever makes a transition into OPEN or a re-open (hot path or window close), under `flaps` |
+/// | `tick`, `flight_floor` | window close, under `tick` |
+/// | `events` | every transition queues; cold paths deliver |
+pub(crate) struct Inner {
+    // ---- set at build ----
+    config: Config,
+    clock: ClockSource,
+    /// In-flight epoch length (see `flight.rs`).
+    epoch_ns: u64,
+    name: Option<Box<str>>,
+
+    // ---- the state word ----
+    state: StateCell,
+
+    // ---- written on the hot path ----
+    shards: Shards,
+    /// HALF_OPEN: one lease per probe slot (see `admission::Lease`).
+    leases: Box<[Lease]>,
+    /// Bit i set: local shard i is free.
+    local_free: AtomicU64,
+    shadow_rejections: AtomicU64,
+    /// Added (wrapping) to the clock's nanoseconds to give the breaker's
+    /// time: starts at minus the reading at build, and is raised when the
+    /// clock is seen stepping back, so that the breaker's time never goes
+    /// back past what it has acted on and keeps moving after a step.
+    shift: AtomicU64,
+
+    // ---- written by transitions into OPEN and re-opens, under `flaps` ----
+    /// OPEN: when the next probe may start, when it opened, and the
+    /// generation these two belong to (published after the CAS).
+    deadline: AtomicU64,
+    opened_at: AtomicU64,
+    deadline_gen: AtomicU64,
+    trip_count: AtomicU64,
+    rng: AtomicU64,
+    /// Times of recent re-opens; its lock also serialises the publication
+    /// of OPEN deadlines.
+    flaps: Mutex<Flaps>,
+    flapping: AtomicBool,
+
+    // ---- written by window close, under `tick` ----
+    tick: Mutex<TickState>,
+    /// In-flight tracking: the epoch of the last window close. A call never
+    /// takes an earlier epoch (after a backward clock step it would look
+    /// older than it is).
+    flight_floor: AtomicU64,
+
+    // ---- queued by every transition, delivered on cold paths ----
+    events: Events,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("word", &self.state.load())
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A latency-primary circuit breaker for one downstream consumer.
+///
+/// Cheap to clone (an `Arc`); every clone is the same breaker. See the crate
+/// docs for the behaviour.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, State};
+/// use tailguard::clock::ManualClock;
+///
+/// let clock = ManualClock::new();
+/// let breaker = Breaker::builder().clock(clock.clone()).trip_windows(1).build()?;
+/// // A window in which 10% of the calls take 900 ms: its P99 is above 50 ms.
+/// for i in 0..100 {
+///     let ms = if i % 10 == 0 { 900 } else { 8 };
+///     breaker.allow()?.record_latency(Duration::from_millis(ms), true);
+/// }
+/// clock.advance(Duration::from_secs(1));
+/// breaker.tick();
+/// assert_eq!(breaker.state(), State::Open);
+/// assert!(breaker.allow().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Breaker {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Breaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl Breaker {
+    pub(crate) fn from_config(
+        config: Config,
+        sizes: Sizes,
+        clock: ClockSource,
+        listener: Option<Listener>,
+        name: Option<Box<str>>,
+    ) -> Self {
+        static SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let origin = clock.nanos_of(clock.raw());
+        let ring = vec![(0, 0); sizes.ring_len].into_boxed_slice();
+        let flap_times = vec![u64::MAX; config.flap_cycles as usize + 1].into_boxed_slice();
+        let local_free = if sizes.local_handles == 64 {
+            u64::MAX
+        } else {
+            (1u64 << sizes.local_handles) - 1
+        };
+        let leases = (0..config.probes)
+            .map(|_| Lease {
+                tag: AtomicU64::new(Lease::FREE),
+                since: AtomicU64::new(0),
+            })
+            .collect();
+        let seed = splitmix(origin ^ SEEDS.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed));
+        let inner = Arc::new(Inner {
+            state: StateCell::new(),
+            shards: Shards::new(
+                sizes.shards,
+                sizes.local_handles,
+                config.track_in_flight,
+                config.threshold_ns,
+            ),
+            tick: Mutex::new(TickState {
+                // Windows end on the clock's grid of whole windows, so that
+                // breakers sharing a clock and a window length close theirs
+                // together (one wake of the ticker for all of them). The
+                // first one ends at the first grid point more than half a
+                // window away: it lasts from half a window to one and a half.
+                window_end: time::first_window_end(origin, config.window_ns),
+                window_gen: 0,
+                ring,
+                ring_pos: 0,
+                high: 0,
+                last: WindowStats::default(),
+                totals: Totals::default(),
+            }),
+            epoch_ns: flight::epoch_ns(config.window_ns, config.threshold_ns),
+            config,
+            clock,
+            shift: AtomicU64::new(origin.wrapping_neg()),
+            deadline: AtomicU64::new(0),
+            opened_at: AtomicU64::new(0),
+            deadline_gen: AtomicU64::new(u64::MAX),
+            leases,
+            flight_floor: AtomicU64::new(0),
+            trip_count: AtomicU64::new(0),
+            shadow_rejections: AtomicU64::new(0),
+            rng: AtomicU64::new(seed),
+            local_free: AtomicU64::new(local_free),
+            events: Events::new(listener, name.clone()),
+            flaps: Mutex::new(Flaps {
+                times: flap_times,
+                pos: 0,
+            }),
+            flapping: AtomicBool::new(false),
+            name,
+        });
+        Self { inner }
+    }
+
+    /// Asks to make a call. `Ok` carries the permit that records the call's
+    /// verdict; `Err` says the breaker is open (and when it will next
+    /// probe): route the call to the fallback.
+    ///
+    /// In CLOSED this is one atomic load and one read of the clock; it never
+    /// blocks, allocates, makes a system call or runs user code (a
+    /// transition it makes is delivered to the listener later, see
+    /// [`BreakerBuilder::on_transition`](crate::BreakerBuilder::on_transition)) in any state.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// match b.allow() {
+    ///     Ok(permit) => permit.record(true),
+    ///     Err(rejected) => panic!("closed breaker rejected: {rejected}"),
+    /// };
+    /// ```
+    #[inline]
+    pub fn allow(&self) -> Result<Permit<'_>, Rejected> {
+        self.inner.admit().map(|core| Permit { core })
+    }
+
+    /// Closes every window that is due at the clock's now, moves an OPEN
+    /// breaker whose backoff ran out to HALF_OPEN, re-opens a HALF_OPEN
+    /// breaker with a probe out past its lease, and then delivers the
+    /// transition events waiting for the listener (see
+    /// [`BreakerBuilder::on_transition`](crate::BreakerBuilder::on_transition)).
+    ///
+    /// A running [`Ticker`](crate::Ticker) calls this for every live
+    /// breaker; call it yourself when your runtime owns the timers, or in
+    /// tests with a [`ManualClock`](crate::clock::ManualClock).
+    ///
+    /// If the clock stepped back since the last tick, the breaker's notion
+    /// of time is held at the highest value seen, so a backward step never
+    /// prolongs OPEN by more than one tick.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// clock.advance(Duration::from_secs(1));
+    /// b.tick();
+    /// assert_eq!(b.snapshot().window.closed_at, Duration::from_secs(1));
+    /// ```
+    pub fn tick(&self) {
+        self.inner.tick();
+    }
+
+    /// The state (under metrics-only: the state the breaker would be in;
+    /// forced open reads `Open`; forced closed and disabled read `Closed`).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// assert_eq!(b.state(), tailguard::State::Closed);
+    /// ```
+    pub fn state(&self) -> State {
+        self.inner.state.load().state()
+    }
+
+    /// The override mode.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.disable();
+    /// assert_eq!(b.mode(), tailguard::Mode::Disabled);
+    /// ```
+    pub fn mode(&self) -> Mode {
+        self.inner.state.load().mode()
+    }
+
+    /// Rejects every call until [`reset`](Self::reset) (or another override).
+    /// Like every override, it changes nothing (no transition, no event)
+    /// when its mode is already in force.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_open();
+    /// assert!(b.allow().is_err());
+    /// ```
+    pub fn force_open(&self) {
+        self.inner.set_mode(State::Open, Mode::ForcedOpen, Reason::ForcedOpen);
+    }
+
+    /// Admits and measures every call, and never trips, until
+    /// [`reset`](Self::reset).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_closed();
+    /// assert!(b.allow().is_ok());
+    /// ```
+    pub fn force_closed(&self) {
+        self.inner
+            .set_mode(State::Closed, Mode::ForcedClosed, Reason::ForcedClosed);
+    }
+
+    /// Admits every call and measures nothing, until [`reset`](Self::reset).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.disable();
+    /// b.allow().unwrap().record(false);
+    /// ```
+    pub fn disable(&self) {
+        self.inner.set_mode(State::Closed, Mode::Disabled, Reason::Disabled);
+    }
+
+    /// Shadow mode: measures and decides as usual, reports what it would do
+    /// ([`state`](Self::state), [`Snapshot::shadow_rejections`]) and never
+    /// rejects. Starts from CLOSED; does nothing if already in shadow mode
+    /// (the shadow state goes on).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.metrics_only();
+    /// b.trip_now();
+    /// assert_eq!(b.state(), tailguard::State::Open);
+    /// assert!(b.allow().is_ok());
+    /// assert_eq!(b.snapshot().shadow_rejections, 1);
+    /// ```
+    pub fn metrics_only(&self) {
+        self.inner
+            .set_mode(State::Closed, Mode::MetricsOnly, Reason::MetricsOnly);
+    }
+
+    /// Back to normal operation: CLOSED, no override, backoff level 0, no
+    /// breach windows counted. On a breaker already CLOSED with no override
+    /// it is not a transition (no event, no new generation: the window in
+    /// progress is judged as usual); it only clears the breach count.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.force_open();
+    /// b.reset();
+    /// assert!(b.allow().is_ok());
+    /// ```
+    pub fn reset(&self) {
+        self.inner.reset();
+    }
+
+    /// Trips the breaker now, as a breach would (trip count, backoff and
+    /// probing as usual); does nothing unless CLOSED. For tests and for an
+    /// operator who knows the consumer is down.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.trip_now();
+    /// assert_eq!(b.state(), tailguard::State::Open);
+    /// assert_eq!(b.snapshot().trip_count, 1);
+    /// ```
+    pub fn trip_now(&self) {
+        self.inner.trip_now();
+    }
+
+    /// An owned handle for one core, recording into a shard of its own
+    /// with no read-modify-write (see [`LocalHandle`]).
+    ///
+    /// # Errors
+    /// [`NoLocalShard`] if every shard reserved with
+    /// [`BreakerBuilder::local_handles`](crate::BreakerBuilder::local_handles) is taken.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// h.allow().unwrap().record(true);
+    /// ```
+    pub fn local_handle(&self) -> Result<LocalHandle, NoLocalShard> {
+        LocalHandle::claim(&self.inner)
+    }
+
+    /// Reads everything at once (cold path: takes the window-close lock).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// assert_eq!(b.snapshot().generation, 0);
+    /// ```
+    pub fn snapshot(&self) -> Snapshot {
+        self.inner.snapshot()
+    }
+
+    /// Time since the breaker was built, on its clock.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// clock.advance(Duration::from_millis(3));
+    /// assert_eq!(b.uptime(), Duration::from_millis(3));
+    /// ```
+    pub fn uptime(&self) -> Duration {
+        Duration::from_nanos(self.inner.now())
+    }
+
+    /// The consumer's name, if one was given ([`BreakerBuilder::name`](crate::BreakerBuilder::name)).
+    ///
+    /// ```
+    /// assert_eq!(tailguard::Breaker::builder().build().unwrap().name(), None);
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
+    /// Bytes this breaker holds: its own struct, its counter shards (with
+    /// their latency buckets; one per shard, plus one per reserved local
+    /// handle), its in-flight slots if tracking is on, its probe leases, its
+    /// rolling-window ring, its flapping ring, its event queue (with a
+    /// listener or the `tracing` feature) and its name. A listener's own
+    /// captures are not counted. The README gives the figures measured at
+    /// the defaults.
+    ///
+    /// ```
+    /// let small = tailguard::Breaker::builder().shards(1).build().unwrap();
+    /// let wider = tailguard::Breaker::builder().shards(2).build().unwrap();
+    /// assert!(small.memory_bytes() < wider.memory_bytes());
+    /// ```
+    pub fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+
+    /// Whether two handles are the same breaker.
+    ///
+    /// ```
+    /// let a = tailguard::Breaker::builder().build().unwrap();
+    /// assert!(a.ptr_eq(&a.clone()));
+    /// ```
+    pub fn ptr_eq(&self, other: &Breaker) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Inner {
+    fn snapshot(&self) -> Snapshot {
+        let (last, totals) = {
+            let ts = self.tick.lock();
+            (ts.last, ts.totals)
+        };
+        let word = self.state.load();
+        let now = self.now();
+        let open = word.state() == State::Open
+            && word.mode() != Mode::ForcedOpen
+            && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation());
+        let (next_probe_in, open_for) = if open {
+            let deadline = self.deadline.load(Ordering::Acquire);
+            let opened = self.opened_at.load(Ordering::Acquire);
+            (
+                Some(Duration::from_nanos(deadline.saturating_sub(now))),
+                Some(Duration::from_nanos(now.saturating_sub(opened))),
+            )
+        } else {
+            (None, None)
+        };
+        Snapshot {
+            state: word.state(),
+            mode: word.mode(),
+            generation: word.generation(),
+            trip_count: self.trip_count.load(Ordering::Relaxed),
+            backoff_level: word.level(),
+            consecutive_breaches: word.breaches(),
+            probes_in_flight: word.probes(),
+            probe_successes: word.successes(),
+            next_probe_in,
+            open_for,
+            window: last,
+            shadow_rejections: self.shadow_rejections.load(Ordering::Relaxed),
+            events_lost: self.events.lost(),
+            listener_panics: self.events.panics(),
+            uptime: Duration::from_nanos(now),
+            totals,
+            flapping: self.flapping.load(Ordering::Acquire),
+            limits: self.limits(),
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        let c = &self.config;
+        let windows = |n: u32| Duration::from_nanos(c.window_ns.saturating_mul(u64::from(n)));
+        Limits {
+            window: Duration::from_nanos(c.window_ns),
+            latency_threshold: Duration::from_nanos(c.threshold_ns),
+            slow_fraction: c.rule.slow_ppb as f64 / PPB as f64,
+            trip_windows: c.rule.trip_windows,
+            min_calls: c.rule.min_calls,
+            error_rate: c.rule.error_ppb as f64 / PPB as f64,
+            error_window: windows(c.error_windows),
+            failure_count: c
+                .rule
+                .failures
+                .map(|n| (u64::from(n.get()), windows(c.failure_windows))),
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        let ts = self.tick.lock();
+        core::mem::size_of::<Inner>()
+            + 2 * core::mem::size_of::<usize>() // the Arc's counts
+            + self.shards.heap_bytes()
+            + ts.ring.len() * core::mem::size_of::<(u32, u32)>()
+            + self.flaps.lock().times.len() * core::mem::size_of::<u64>()
+            + self.leases.len() * core::mem::size_of::<Lease>()
+            + self.events.heap_bytes()
+            + self.name.as_ref().map_or(0, |n| n.len())
+    }
+}

@@ -1,0 +1,433 @@
+//! Permits and the owned per-core handle: what `allow` hands out, how a
+//! verdict (or a drop without one) is counted, and where.
+//!
+//! A permit reads the state word once more at its verdict (is its
+//! generation still the current one? otherwise its verdict is stale) and
+//! writes only its thread's shard (or its handle's single-writer shard);
+//! a probe's verdict goes to `transition.rs`. Touches `local_free` (the
+//! handles' shards) and nothing else of the shared state.
+
+use super::transition::ProbeOutcome;
+use super::{Breaker, Inner};
+use crate::config::CancelPolicy;
+use crate::report::{NoLocalShard, Rejected};
+use crate::shard::LocalShard;
+use crate::sketch::bucket_of;
+use crate::state::{Word, GEN_MASK};
+use crate::sync::{Arc, Ordering};
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
+use std::time::Duration;
+
+/// What a permit is, in one word (a plain `u64` keeps the permit free of
+/// enum niches, so it moves in whole registers): the generation bits of the
+/// state word it was admitted under (in place, [`GEN_MASK`]), its kind in
+/// bits 0–1, and for a probe its lease entry + 1 (0: none) in bits 2–10.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Tag(u64);
+
+impl Tag {
+    const KIND: u64 = 0b11;
+    pub(super) const NORMAL: u64 = 0;
+    pub(super) const PROBE: u64 = 1;
+    /// Measures nothing (disabled).
+    pub(super) const DISABLED: Tag = Tag(2);
+
+    /// An ordinary call admitted under `word`.
+    #[inline(always)]
+    pub(super) fn normal(word: Word) -> Tag {
+        Tag(word.0 & GEN_MASK)
+    }
+
+    /// A HALF_OPEN probe admitted under `word`, holding lease entry
+    /// `lease − 1` (0: none).
+    pub(super) fn probe(word: Word, lease: usize) -> Tag {
+        Tag(word.0 & GEN_MASK | Self::PROBE | (lease as u64) << 2)
+    }
+
+    #[inline(always)]
+    pub(super) fn kind(self) -> u64 {
+        self.0 & Self::KIND
+    }
+
+    pub(super) fn lease(self) -> usize {
+        ((self.0 >> 2) & 0x1ff) as usize
+    }
+
+    /// Whether `word` is still in the generation this permit was admitted in.
+    #[inline(always)]
+    pub(super) fn is_current(self, word: Word) -> bool {
+        (word.0 ^ self.0) & GEN_MASK == 0
+    }
+}
+
+/// The permit's data, shared by [`Permit`] and [`LocalPermit`].
+pub(super) struct Core<'a> {
+    pub(super) inner: &'a Inner,
+    pub(super) start: u64,
+    pub(super) tag: Tag,
+    /// An ordinary call: `(in-flight epoch + 1) << 10 | shard`, or 0 when
+    /// not tracked. A probe: its round's full generation.
+    pub(super) aux: u64,
+}
+
+/// Where a verdict is counted.
+#[derive(Clone, Copy)]
+enum Sink<'a> {
+    Shared,
+    Local(&'a LocalShard),
+}
+
+impl Sink<'_> {
+    #[inline(always)]
+    fn record(self, inner: &Inner, latency_ns: u64, error: bool, slow: bool) {
+        let t = inner.shards.threshold_index;
+        let bucket = bucket_of(latency_ns, slow, t);
+        match self {
+            Sink::Shared => inner.shards.mine().record(bucket, error, t),
+            Sink::Local(shard) => shard.record(bucket, error),
+        }
+    }
+
+    fn cancel(self, inner: &Inner) {
+        match self {
+            Sink::Shared => inner.shards.mine().cancel(),
+            Sink::Local(shard) => shard.cancel(),
+        }
+    }
+
+    fn stale(self, inner: &Inner) {
+        match self {
+            Sink::Shared => inner.shards.mine().stale(),
+            Sink::Local(shard) => shard.stale(),
+        }
+    }
+}
+
+impl Core<'_> {
+    #[inline(always)]
+    fn measured(&self) -> u64 {
+        self.inner.clock.delta_nanos(self.start, self.inner.clock.raw())
+    }
+
+    /// Leaves the in-flight set; false if window close already counted this
+    /// call as slow (then it must not be counted again).
+    #[inline(always)]
+    fn leave_flight(&self) -> bool {
+        if self.aux == 0 {
+            return true;
+        }
+        self.inner.leave_flight(self.aux)
+    }
+
+    /// Whether this probe's round is still the current one.
+    fn probe_is_current(&self) -> bool {
+        let state = &self.inner.state;
+        state.full_generation(state.load()) == self.aux
+    }
+
+    #[inline(always)]
+    fn finish(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
+        if self.tag.kind() != Tag::NORMAL {
+            return self.finish_other(latency_ns, ok, sink);
+        }
+        if self.leave_flight() {
+            if self.tag.is_current(self.inner.state.load()) {
+                let slow = latency_ns > self.inner.config.threshold_ns;
+                sink.record(self.inner, latency_ns, !ok, slow);
+            } else {
+                sink.stale(self.inner);
+            }
+        }
+    }
+
+    /// `finish` for a probe (which decides its round) or a disabled permit
+    /// (which measures nothing).
+    #[inline(never)]
+    fn finish_other(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
+        if self.tag.kind() != Tag::PROBE {
+            return;
+        }
+        let slow = latency_ns > self.inner.config.threshold_ns;
+        if self.probe_is_current() {
+            sink.record(self.inner, latency_ns, !ok, slow);
+        } else {
+            sink.stale(self.inner);
+        }
+        let outcome = match (ok, slow) {
+            (false, _) => ProbeOutcome::Failed,
+            (true, true) => ProbeOutcome::Slow,
+            (true, false) => ProbeOutcome::Good,
+        };
+        self.inner.probe_verdict(self.aux, self.tag.lease(), outcome);
+    }
+
+    #[cold]
+    fn cancel(&self, sink: Sink<'_>) {
+        if self.tag == Tag::DISABLED {
+            return;
+        }
+        match self.inner.config.cancel {
+            CancelPolicy::Failure => self.finish(self.measured(), false, sink),
+            CancelPolicy::Cancelled if self.tag.kind() == Tag::PROBE => {
+                if self.probe_is_current() {
+                    sink.cancel(self.inner);
+                } else {
+                    sink.stale(self.inner);
+                }
+                self.inner
+                    .probe_verdict(self.aux, self.tag.lease(), ProbeOutcome::Cancelled);
+            }
+            CancelPolicy::Cancelled => {
+                if self.leave_flight() {
+                    if self.tag.is_current(self.inner.state.load()) {
+                        sink.cancel(self.inner);
+                    } else {
+                        sink.stale(self.inner);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Permission to make one call; record its verdict with [`record`](Self::record)
+/// or [`record_latency`](Self::record_latency), which consume it.
+///
+/// Dropped without a verdict (a cancelled future, a panic, an early return)
+/// it counts as cancelled (or as a failure, per [`CancelPolicy`]), and a
+/// probe permit gives its slot back.
+///
+/// Recording twice does not compile:
+/// ```compile_fail
+/// let b = tailguard::Breaker::builder().build().unwrap();
+/// let p = b.allow().unwrap();
+/// p.record(true);
+/// p.record(true); // use of moved value
+/// ```
+#[must_use = "a permit is a call in flight: record its verdict, or drop it to cancel"]
+pub struct Permit<'a> {
+    pub(super) core: Core<'a>,
+}
+
+impl Permit<'_> {
+    /// Records the verdict, measuring the latency since `allow` with the
+    /// breaker's clock.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow().unwrap().record(true);
+    /// ```
+    #[inline(always)]
+    pub fn record(self, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        if this.core.tag != Tag::DISABLED {
+            this.core.finish(this.core.measured(), ok, Sink::Shared);
+        }
+    }
+
+    /// Records the verdict with a latency the caller measured.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow().unwrap().record_latency(Duration::from_millis(8), true);
+    /// ```
+    #[inline(always)]
+    pub fn record_latency(self, latency: Duration, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        this.core
+            .finish(crate::clock::duration_nanos_saturating(latency), ok, Sink::Shared);
+    }
+
+    /// Whether this permit is a HALF_OPEN probe.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// assert!(!b.allow().unwrap().is_probe());
+    /// ```
+    pub fn is_probe(&self) -> bool {
+        self.core.tag.kind() == Tag::PROBE
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        self.core.cancel(Sink::Shared);
+    }
+}
+
+impl fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("tag", &self.core.tag)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An owned per-core handle on a breaker: its counters live in a shard with
+/// a single writer, so recording is plain loads and stores (no
+/// read-modify-write). `Send` (move it to its core) but neither `Sync` nor
+/// `Clone`; its permits are not `Send`. Dropping it frees the shard for
+/// another handle.
+///
+/// ```
+/// use std::time::Duration;
+/// let b = tailguard::Breaker::builder().local_handles(2).build().unwrap();
+/// let handles: Vec<_> = (0..2).map(|_| b.local_handle().unwrap()).collect();
+/// std::thread::scope(|s| {
+///     for h in handles {
+///         s.spawn(move || h.allow().unwrap().record_latency(Duration::from_millis(1), true));
+///     }
+/// });
+/// ```
+///
+/// A handle cannot be shared between threads:
+/// ```compile_fail
+/// fn is_sync<T: Sync>() {}
+/// is_sync::<tailguard::LocalHandle>();
+/// ```
+pub struct LocalHandle {
+    inner: Arc<Inner>,
+    index: usize,
+    _not_sync: PhantomData<core::cell::Cell<()>>,
+}
+
+impl LocalHandle {
+    /// Takes a free local shard of `inner` for a new handle.
+    pub(super) fn claim(inner: &Arc<Inner>) -> Result<LocalHandle, NoLocalShard> {
+        let free = &inner.local_free;
+        let mut cur = free.load(Ordering::Acquire);
+        loop {
+            if cur == 0 {
+                return Err(NoLocalShard);
+            }
+            let index = cur.trailing_zeros() as usize;
+            match free.compare_exchange_weak(cur, cur & !(1 << index), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    return Ok(LocalHandle {
+                        inner: Arc::clone(inner),
+                        index,
+                        _not_sync: PhantomData,
+                    })
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// As [`Breaker::allow`], recording into this handle's shard.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// assert!(h.allow().is_ok());
+    /// ```
+    #[inline]
+    pub fn allow(&self) -> Result<LocalPermit<'_>, Rejected> {
+        self.inner.admit().map(|core| LocalPermit { core, handle: self })
+    }
+
+    /// The breaker this handle records for.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// assert!(h.breaker().ptr_eq(&b));
+    /// ```
+    pub fn breaker(&self) -> Breaker {
+        Breaker {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    fn shard(&self) -> &LocalShard {
+        &self.inner.shards.local[self.index]
+    }
+}
+
+impl Drop for LocalHandle {
+    fn drop(&mut self) {
+        self.inner.local_free.fetch_or(1 << self.index, Ordering::AcqRel);
+    }
+}
+
+impl fmt::Debug for LocalHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalHandle")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A permit from a [`LocalHandle`]; as [`Permit`], but stays on the
+/// handle's thread.
+///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<tailguard::LocalPermit<'static>>();
+/// ```
+#[must_use = "a permit is a call in flight: record its verdict, or drop it to cancel"]
+pub struct LocalPermit<'a> {
+    pub(super) core: Core<'a>,
+    handle: &'a LocalHandle,
+}
+
+impl LocalPermit<'_> {
+    /// As [`Permit::record`].
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// b.local_handle().unwrap().allow().unwrap().record(true);
+    /// ```
+    #[inline(always)]
+    pub fn record(self, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        if this.core.tag != Tag::DISABLED {
+            this.core
+                .finish(this.core.measured(), ok, Sink::Local(this.handle.shard()));
+        }
+    }
+
+    /// As [`Permit::record_latency`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// b.local_handle().unwrap().allow().unwrap().record_latency(Duration::from_millis(2), true);
+    /// ```
+    #[inline(always)]
+    pub fn record_latency(self, latency: Duration, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        this.core.finish(
+            crate::clock::duration_nanos_saturating(latency),
+            ok,
+            Sink::Local(this.handle.shard()),
+        );
+    }
+
+    /// Whether this permit is a HALF_OPEN probe.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// assert!(!b.local_handle().unwrap().allow().unwrap().is_probe());
+    /// ```
+    pub fn is_probe(&self) -> bool {
+        self.core.tag.kind() == Tag::PROBE
+    }
+}
+
+impl Drop for LocalPermit<'_> {
+    fn drop(&mut self) {
+        self.core.cancel(Sink::Local(self.handle.shard()));
+    }
+}
+
+impl fmt::Debug for LocalPermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalPermit")
+            .field("tag", &self.core.tag)
+            .finish_non_exhaustive()
+    }
+}

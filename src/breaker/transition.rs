@@ -1,0 +1,239 @@
+//! Transitions and overrides: a probe's verdict deciding its round, the
+//! re-open of a HALF_OPEN breaker, the operator's overrides, and what every
+//! transition is followed by: an OPEN deadline published, a flap counted,
+//! the event queued.
+//!
+//! Touches the state word (transitions), `trip_count`, `rng`, the OPEN
+//! deadline (`deadline`, `opened_at`, `deadline_gen`, published under the
+//! `flaps` lock), `flaps` and `flapping`, and the event queue. Overrides are
+//! cold paths and deliver events; nothing here called from the hot path
+//! does.
+
+use super::Inner;
+use crate::report::{Mode, Reason, State, Transition};
+use crate::state::{Decision, Word, MAX_LEVEL};
+use crate::sync::Ordering;
+use std::time::Duration;
+
+/// What a probe's verdict says.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum ProbeOutcome {
+    Good,
+    Failed,
+    Slow,
+    Cancelled,
+}
+
+/// Times of recent re-opens (a ring of `flap_cycles + 1`); its lock also
+/// serialises the publication of OPEN deadlines.
+#[derive(Debug)]
+pub(super) struct Flaps {
+    pub(super) times: Box<[u64]>,
+    pub(super) pos: usize,
+}
+
+impl Flaps {
+    /// Re-opens within `span` before `now`.
+    pub(super) fn count(&self, now: u64, span: u64) -> usize {
+        self.times
+            .iter()
+            .filter(|&&t| t != u64::MAX && t <= now && now - t <= span)
+            .count()
+    }
+}
+
+impl Inner {
+    /// HALF_OPEN → OPEN with the next backoff, if still in round `round`;
+    /// queues the event.
+    pub(super) fn reopen(&self, round: u64, reason: Reason, now: u64) -> bool {
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
+                return Decision::Keep(());
+            }
+            let level = w.level().saturating_add(1).min(MAX_LEVEL);
+            Decision::Set(w.transition(State::Open, w.mode()).with_level(level), ())
+        });
+        match stored {
+            Some(next) => {
+                self.note(seen, next, reason, now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A probe of `round` (lease entry `lease − 1`) has its verdict. Its lease
+    /// is freed first, then its slot returned (or the round decided): so an
+    /// entry of the current round always belongs to a probe still out.
+    #[inline]
+    pub(super) fn probe_verdict(&self, round: u64, lease: usize, outcome: ProbeOutcome) {
+        self.release_lease(lease, round);
+        let successes = self.config.successes;
+        let (seen, stored, reason) = self.state.update(|w| {
+            if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
+                // A verdict from an earlier round decides nothing.
+                return Decision::Keep(None);
+            }
+            let probes = w.probes().saturating_sub(1);
+            match outcome {
+                ProbeOutcome::Cancelled => Decision::Set(w.with_probes(probes), None),
+                ProbeOutcome::Good if w.successes().saturating_add(1) >= successes => Decision::Set(
+                    w.transition(State::Closed, w.mode()).with_level(0),
+                    Some(Reason::ProbesSucceeded),
+                ),
+                ProbeOutcome::Good => Decision::Set(
+                    w.with_probes(probes).with_successes(w.successes().saturating_add(1)),
+                    None,
+                ),
+                ProbeOutcome::Failed | ProbeOutcome::Slow => {
+                    let level = w.level().saturating_add(1).min(MAX_LEVEL);
+                    let reason = if outcome == ProbeOutcome::Slow {
+                        Reason::ProbeSlow
+                    } else {
+                        Reason::ProbeFailed
+                    };
+                    Decision::Set(w.transition(State::Open, w.mode()).with_level(level), Some(reason))
+                }
+            }
+        });
+        if let (Some(next), Some(reason)) = (stored, reason) {
+            self.note(seen, next, reason, self.now());
+        }
+    }
+
+    /// After a transition `from` → `to` (already stored): count a flap (a
+    /// re-open after a probe), publish the deadline of an OPEN, queue the
+    /// event. Never calls the listener: delivery is for the cold paths
+    /// (`tick`, overrides).
+    pub(super) fn note(&self, from: Word, to: Word, reason: Reason, now: u64) {
+        if from.state() == State::HalfOpen && to.state() == State::Open {
+            self.count_flap(now);
+        }
+        if to.state() == State::Open && to.mode() != Mode::ForcedOpen {
+            self.trip_count.fetch_add(1, Ordering::Relaxed);
+            self.publish_deadline(to, now);
+        }
+        self.emit(from, to, reason, now);
+    }
+
+    /// One OPEN → HALF_OPEN → OPEN cycle at `now`: remembered, and the
+    /// flapping flag raised if there are more than the limit in its span.
+    fn count_flap(&self, now: u64) {
+        let mut flaps = self.flaps.lock();
+        let pos = flaps.pos;
+        flaps.times[pos] = now;
+        flaps.pos = (pos + 1) % flaps.times.len();
+        if flaps.count(now, self.config.flap_ns) > self.config.flap_cycles as usize {
+            self.flapping.store(true, Ordering::Release);
+        }
+    }
+
+    /// OPEN (not forced) since `now` at `to`: draws this OPEN's duration
+    /// (the backoff of its level, jittered) and publishes when the next
+    /// probe may start, unless a later transition happened meanwhile; under
+    /// the `flaps` lock, so a slow publisher cannot overwrite a later one.
+    fn publish_deadline(&self, to: Word, now: u64) {
+        let backoff = self.config.backoff_ns(to.level());
+        let r = splitmix(self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed));
+        let d = self.config.jittered(backoff, r);
+        let _guard = self.flaps.lock();
+        if self.state.load().generation() == to.generation() {
+            self.deadline.store(now.saturating_add(d), Ordering::Relaxed);
+            self.opened_at.store(now, Ordering::Relaxed);
+            self.deadline_gen.store(u64::from(to.generation()), Ordering::Release);
+        }
+    }
+
+    /// Queues the event of the transition `from` → `to` for the listener.
+    fn emit(&self, from: Word, to: Word, reason: Reason, now: u64) {
+        if self.events.wanted() {
+            self.events.push(Transition {
+                from: from.state(),
+                to: to.state(),
+                from_mode: from.mode(),
+                to_mode: to.mode(),
+                generation: to.generation(),
+                reason,
+                at: Duration::from_nanos(now),
+                flapping: self.flapping.load(Ordering::Acquire),
+            });
+        }
+    }
+
+    /// OPEN whose backoff ran out at `now`: HALF_OPEN, even with no caller
+    /// (window close does this; a caller of `allow` may first).
+    pub(super) fn half_open_if_due(&self, now: u64) {
+        let word = self.state.load();
+        if word.state() != State::Open
+            || word.mode() == Mode::ForcedOpen
+            || self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation())
+            || now < self.deadline.load(Ordering::Acquire)
+        {
+            return;
+        }
+        let (_, stored, ()) = self.state.update(|w| {
+            if w != word {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.transition(State::HalfOpen, w.mode()), ())
+        });
+        if let Some(next) = stored {
+            self.note(word, next, Reason::BackoffElapsed, now);
+        }
+    }
+
+    /// An override: a transition to `state` / `mode` unless that mode is
+    /// already in force (then nothing changes). Cold path: delivers events.
+    pub(super) fn set_mode(&self, state: State, mode: Mode, reason: Reason) {
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.mode() == mode {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.transition(state, mode), ())
+        });
+        if let Some(next) = stored {
+            self.note(seen, next, reason, self.now());
+        }
+        self.events.deliver();
+    }
+
+    /// CLOSED with no override, backoff level 0, no breach counted. On a
+    /// breaker already CLOSED with no override that only clears the counts
+    /// (not a transition: the window in progress is still judged).
+    pub(super) fn reset(&self) {
+        let (seen, stored, transition) = self.state.update(|w| {
+            if w.state() == State::Closed && w.mode() == Mode::Normal {
+                if w.breaches() == 0 && w.level() == 0 {
+                    return Decision::Keep(false);
+                }
+                return Decision::Set(w.with_breaches(0).with_level(0), false);
+            }
+            Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), true)
+        });
+        if let (Some(next), true) = (stored, transition) {
+            self.note(seen, next, Reason::Reset, self.now());
+        }
+        self.events.deliver();
+    }
+
+    pub(super) fn trip_now(&self) {
+        let (seen, stored, ()) = self.state.update(|w| {
+            if w.state() != State::Closed || !matches!(w.mode(), Mode::Normal | Mode::MetricsOnly) {
+                return Decision::Keep(());
+            }
+            Decision::Set(w.transition(State::Open, w.mode()), ())
+        });
+        if let Some(next) = stored {
+            self.note(seen, next, Reason::ManualTrip, self.now());
+        }
+        self.events.deliver();
+    }
+}
+
+/// One step of SplitMix64: a cheap, well-mixed random number for jitter.
+pub(super) fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

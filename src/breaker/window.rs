@@ -1,0 +1,281 @@
+//! Window close: `tick`, by hand or by the ticker. Drains the shards into
+//! the closed window's counts and histogram, claims in-flight calls, decides
+//! whether the window may be judged, hands it to the trip rule
+//! (`crate::trip`), and applies the verdict; also moves a due OPEN to
+//! HALF_OPEN, re-opens on an expired probe lease, clears the flapping flag,
+//! and delivers waiting events.
+//!
+//! Owns `TickState` (under the `tick` lock); touches the state word
+//! (trips, breach counts), the shards (drains them) and `flight_floor`.
+
+use super::Inner;
+use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
+use crate::shard::Counts;
+use crate::sketch::{Histogram, KEY_OFFSET};
+use crate::state::Decision;
+use crate::sync::Ordering;
+use crate::trip;
+use std::time::Duration;
+
+/// Window-close state, owned by whoever holds the tick lock.
+#[derive(Debug)]
+pub(super) struct TickState {
+    /// End of the current window, relative nanoseconds.
+    pub(super) window_end: u64,
+    /// The generation read just before the last drain of the counters: the
+    /// counts drained at the next close are judged only if the generation is
+    /// still this one after that drain (nothing between two drains straddles
+    /// a transition), whatever the tick cadence.
+    pub(super) window_gen: u32,
+    /// Per-window (calls, errors), newest at `ring_pos - 1`.
+    pub(super) ring: Box<[(u32, u32)]>,
+    pub(super) ring_pos: u32,
+    /// The highest time seen by window close (step-back detection).
+    pub(super) high: u64,
+    pub(super) last: WindowStats,
+    pub(super) totals: Totals,
+}
+
+impl TickState {
+    fn clear_ring(&mut self) {
+        self.ring.iter_mut().for_each(|e| *e = (0, 0));
+    }
+
+    fn push(&mut self, calls: u64, errors: u64) {
+        let len = self.ring.len();
+        let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        self.ring[self.ring_pos as usize] = (narrow(calls), narrow(errors));
+        self.ring_pos = ((self.ring_pos as usize + 1) % len) as u32;
+    }
+
+    /// Sum of the newest `n` windows.
+    fn sum(&self, n: usize) -> (u64, u64) {
+        // The newest `n` are the `n` before `ring_pos`, wrapping: the tail
+        // of `[..ring_pos]`, then, if that is too short, the tail of the rest.
+        let (recent, earlier) = self.ring.split_at(self.ring_pos as usize);
+        let n = n.min(self.ring.len());
+        let from_recent = n.min(recent.len());
+        recent[recent.len() - from_recent..]
+            .iter()
+            .chain(&earlier[earlier.len() - (n - from_recent)..])
+            .fold((0, 0), |(c, e), &(wc, we)| (c + u64::from(wc), e + u64::from(we)))
+    }
+}
+
+impl Inner {
+    /// Closes due windows, then delivers waiting events (whatever made them:
+    /// this tick, or `allow` and `record` since the last one).
+    pub(super) fn tick(&self) {
+        let mut ts = self.tick.lock();
+        self.tick_locked(&mut ts);
+        drop(ts);
+        self.events.deliver();
+    }
+
+    /// The work of a tick, under the tick lock.
+    fn tick_locked(&self, ts: &mut TickState) {
+        let raw = self.clock.raw();
+        let signed = self.signed_now(raw);
+        let now = if signed < ts.high as i64 {
+            self.raise_floor(raw, ts.high)
+        } else {
+            signed as u64
+        };
+        ts.high = now;
+
+        // OPEN whose backoff ran out: HALF_OPEN now, even with no caller.
+        self.half_open_if_due(now);
+        // HALF_OPEN with a probe out past its lease.
+        self.lease_expired(self.state.load(), now);
+
+        if self.flapping.load(Ordering::Relaxed)
+            && self.flaps.lock().count(now, self.config.flap_ns) <= self.config.flap_cycles as usize
+        {
+            self.flapping.store(false, Ordering::Release);
+        }
+
+        // Windows.
+        if now < ts.window_end {
+            return;
+        }
+        let w = self.config.window_ns;
+        let due = (now - ts.window_end) / w + 1;
+        // After `ring_len + 1` empty windows nothing of the past is left;
+        // the rest of a long gap is skipped in one step.
+        let run = due.min(ts.ring.len() as u64 + 2);
+        ts.window_end = ts.window_end.saturating_add((due - run).saturating_mul(w));
+
+        // What was recorded since the last drain is attributed to the newest
+        // window due; any earlier due windows were empty. It is judged only
+        // if no transition happened between the last drain and this one:
+        // the generation read after this drain must be the one read before
+        // the last (`window_gen`), and the one read before this drain is kept
+        // for the next. So a span that straddles a transition is never
+        // judged, however many windows one tick closes.
+        let before = self.state.load().generation();
+        let mut counts = Counts::default();
+        // The window's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
+        // the stack, and only if the window has calls.
+        let mut hist: Option<Histogram> = None;
+        self.shards.drain(&mut counts, |key, n| {
+            hist.get_or_insert_with(Histogram::new)
+                .add((key - KEY_OFFSET) as usize, n)
+        });
+        let latency = hist.as_ref().and_then(Histogram::quantiles);
+        let in_flight = if self.config.track_in_flight {
+            self.claim_in_flight(now)
+        } else {
+            0
+        };
+        let after = self.state.load();
+        let mut judged = after.state() == State::Closed
+            && matches!(after.mode(), Mode::Normal | Mode::MetricsOnly)
+            && after.generation() == ts.window_gen;
+        for i in 0..run {
+            let newest = i + 1 == run;
+            let closed_at = ts.window_end;
+            let tripped = if newest {
+                self.close_window(ts, counts, in_flight, latency, closed_at, now, judged)
+            } else {
+                self.close_window(ts, Counts::default(), 0, None, closed_at, now, judged)
+            };
+            judged &= !tripped;
+            ts.window_end = ts.window_end.saturating_add(w);
+        }
+        ts.window_gen = before;
+    }
+
+    /// Records one closed window and, if `judged`, applies the trip rule to
+    /// it. Returns whether it tripped the breaker.
+    #[allow(clippy::too_many_arguments)]
+    fn close_window(
+        &self,
+        ts: &mut TickState,
+        counts: Counts,
+        in_flight: u64,
+        latency: Option<LatencyQuantiles>,
+        closed_at: u64,
+        now: u64,
+        judged: bool,
+    ) -> bool {
+        let calls = counts.calls + in_flight;
+        let slow = counts.slow + in_flight;
+        ts.last = WindowStats {
+            calls,
+            errors: counts.errors,
+            slow,
+            cancelled: counts.cancelled,
+            in_flight_slow: in_flight,
+            stale: counts.stale,
+            closed_at: Duration::from_nanos(closed_at),
+            latency,
+        };
+        ts.totals.calls += calls;
+        ts.totals.errors += counts.errors;
+        ts.totals.slow += slow;
+        ts.totals.cancelled += counts.cancelled;
+        ts.totals.stale += counts.stale;
+        if !judged {
+            ts.clear_ring();
+            return false;
+        }
+        ts.push(calls, counts.errors);
+        let c = &self.config;
+        let (span_calls, span_errors) = ts.sum(c.error_windows as usize);
+        let span_failures = if c.failure_windows == 0 {
+            0
+        } else {
+            ts.sum(c.failure_windows as usize).1
+        };
+        let gen = ts.window_gen;
+        let (seen, stored, reason) = self.state.update(|w| {
+            if w.state() != State::Closed || w.generation() != gen {
+                return Decision::Keep(None);
+            }
+            let input = trip::Input {
+                calls,
+                slow,
+                span_calls,
+                span_errors,
+                span_failures,
+                breaches: w.breaches(),
+            };
+            let verdict = trip::judge(&c.rule, &input);
+            match verdict.trip {
+                Some(r) => Decision::Set(w.transition(State::Open, w.mode()), Some(r)),
+                None if verdict.breaches != w.breaches() => Decision::Set(w.with_breaches(verdict.breaches), None),
+                None => Decision::Keep(None),
+            }
+        });
+        match (stored, reason) {
+            (Some(next), Some(reason)) => {
+                ts.clear_ring();
+                self.note(seen, next, reason, now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// For the ticker, shortly before it ticks this breaker: starts loading
+    /// the lines behind its pointers (its own are prefetched by the ticker).
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn prefetch_for_tick(&self) {
+        self.shards.prefetch();
+    }
+
+    /// For the ticker, shortly before it ticks this breaker, once the lines
+    /// of `prefetch_for_tick` are in: starts loading the bucket words in use.
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn prefetch_marked(&self) {
+        self.shards.prefetch_marked();
+    }
+
+    /// For the ticker: tick, and say how long until the next window end
+    /// (or the end of the backoff, if sooner).
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn tick_for_ticker(&self) -> u64 {
+        let mut ts = self.tick.lock();
+        self.tick_locked(&mut ts);
+        let now = ts.high;
+        let mut until = ts.window_end.saturating_sub(now);
+        drop(ts);
+        let word = self.state.load();
+        if word.state() == State::Open && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation()) {
+            until = until.min(self.deadline.load(Ordering::Acquire).saturating_sub(now));
+        }
+        self.events.deliver();
+        until
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TickState;
+    use crate::report::{Totals, WindowStats};
+
+    #[test]
+    fn ring_sum_takes_the_newest_windows_across_the_wrap() {
+        for len in 1..=5usize {
+            let mut ts = TickState {
+                window_end: 0,
+                window_gen: 0,
+                ring: vec![(0, 0); len].into_boxed_slice(),
+                ring_pos: 0,
+                high: 0,
+                last: WindowStats::default(),
+                totals: Totals::default(),
+            };
+            let mut pushed: Vec<(u64, u64)> = Vec::new();
+            for i in 1..=12u64 {
+                ts.push(i, i * 100);
+                pushed.push((i, i * 100));
+                for n in 0..=len + 1 {
+                    let newest = &pushed[pushed.len().saturating_sub(n.min(len))..];
+                    let expected = newest.iter().fold((0, 0), |(c, e), &(wc, we)| (c + wc, e + we));
+                    assert_eq!(ts.sum(n), expected, "len {len}, after {i} pushes, newest {n}");
+                }
+            }
+        }
+    }
+}

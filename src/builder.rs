@@ -1,0 +1,718 @@
+//! [`BreakerBuilder`]: every setting with its default, and the validation
+//! that turns the settings into a [`Config`] or a [`ConfigError`] naming the
+//! field. `build` also registers the new breaker with the ticker.
+
+use crate::breaker::Breaker;
+use crate::clock::{duration_nanos_saturating, ClockSource};
+use crate::config::{CancelPolicy, Config, Jitter, Sizes};
+use crate::error::{ConfigError, ConfigErrorKind as K};
+use crate::events::Listener;
+use crate::report::Transition;
+use crate::trip::{ppb, Rule, PPB};
+use core::fmt;
+use std::time::Duration;
+
+/// Builds a [`Breaker`]; every setter has a documented default and
+/// [`build`](Self::build) validates them all.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::Breaker;
+///
+/// let breaker = Breaker::builder()
+///     .latency_threshold(Duration::from_millis(50))
+///     .quantile(0.99)
+///     .trip_windows(3)
+///     .window(Duration::from_secs(1))
+///     .error_rate(0.5)
+///     .min_calls(20)
+///     .base_backoff(Duration::from_secs(1))
+///     .max_backoff(Duration::from_secs(30))
+///     .half_open_probes(1)
+///     .success_to_close(5)
+///     .build()?;
+/// # drop(breaker);
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct BreakerBuilder {
+    latency_threshold: Duration,
+    quantile: f64,
+    trip_windows: u32,
+    window: Duration,
+    error_rate: f64,
+    error_window: Option<Duration>,
+    min_calls: u64,
+    failure_count: Option<(u32, Duration)>,
+    base_backoff: Duration,
+    max_backoff: Duration,
+    jitter: Jitter,
+    half_open_probes: u32,
+    success_to_close: u32,
+    probe_lease: Option<Duration>,
+    cancel: CancelPolicy,
+    track_in_flight: bool,
+    shards: Option<usize>,
+    local_handles: usize,
+    clock: Option<ClockSource>,
+    listener: Option<Listener>,
+    register_with_ticker: bool,
+    name: Option<Box<str>>,
+    flapping: (u32, Duration),
+}
+
+impl Default for BreakerBuilder {
+    fn default() -> Self {
+        Self {
+            latency_threshold: Duration::from_millis(50),
+            quantile: 0.99,
+            trip_windows: 3,
+            window: Duration::from_secs(1),
+            error_rate: 0.5,
+            error_window: None,
+            min_calls: 20,
+            failure_count: None,
+            base_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+            jitter: Jitter::None,
+            half_open_probes: 1,
+            success_to_close: 5,
+            probe_lease: None,
+            cancel: CancelPolicy::Cancelled,
+            track_in_flight: false,
+            shards: None,
+            local_handles: 0,
+            clock: None,
+            listener: None,
+            register_with_ticker: true,
+            name: None,
+            flapping: (5, Duration::from_secs(60)),
+        }
+    }
+}
+
+impl fmt::Debug for BreakerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerBuilder")
+            .field("latency_threshold", &self.latency_threshold)
+            .field("quantile", &self.quantile)
+            .field("trip_windows", &self.trip_windows)
+            .field("window", &self.window)
+            .field("error_rate", &self.error_rate)
+            .field("error_window", &self.error_window)
+            .field("min_calls", &self.min_calls)
+            .field("failure_count", &self.failure_count)
+            .field("base_backoff", &self.base_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("jitter", &self.jitter)
+            .field("half_open_probes", &self.half_open_probes)
+            .field("success_to_close", &self.success_to_close)
+            .field("probe_lease", &self.probe_lease)
+            .field("cancel", &self.cancel)
+            .field("track_in_flight", &self.track_in_flight)
+            .field("shards", &self.shards)
+            .field("local_handles", &self.local_handles)
+            .field("clock", &self.clock)
+            .field("listener", &self.listener.is_some())
+            .field("register_with_ticker", &self.register_with_ticker)
+            .field("name", &self.name)
+            .field("flapping", &self.flapping)
+            .finish()
+    }
+}
+
+/// Longest window, latency threshold or rolling span accepted (one hour):
+/// far beyond any sensible setting, and small enough that sums of these
+/// values never approach `u64` nanoseconds.
+const MAX_SPAN: Duration = Duration::from_secs(3600);
+/// Longest backoff or probe lease accepted (one day).
+const MAX_BACKOFF: Duration = Duration::from_secs(86_400);
+/// Shortest window accepted.
+const MIN_WINDOW: Duration = Duration::from_millis(1);
+/// Most windows a rolling error or failure span may cover.
+const MAX_ROLLING_WINDOWS: u64 = 1024;
+/// Most owned per-core handles (one bit each in a `u64`).
+const MAX_LOCAL_HANDLES: usize = 64;
+/// Most shared counter shards.
+const MAX_SHARDS: usize = 1024;
+
+impl Breaker {
+    /// A builder with the defaults (see [`BreakerBuilder`]).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// # drop(b);
+    /// ```
+    pub fn builder() -> BreakerBuilder {
+        BreakerBuilder::default()
+    }
+}
+
+impl BreakerBuilder {
+    /// Calls slower than this are slow (default 50 ms). Accepted: 1 ns to 1 h.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let err = tailguard::Breaker::builder().latency_threshold(Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.field(), "latency_threshold");
+    /// ```
+    pub fn latency_threshold(mut self, threshold: Duration) -> Self {
+        self.latency_threshold = threshold;
+        self
+    }
+
+    /// The latency quantile judged against the threshold (default 0.99).
+    /// Accepted: `0 < q <= 1`, taken to nine decimal places (0.000000001 is
+    /// the smallest). The breach test is exact, in integers: the window's
+    /// `q` quantile is above the threshold when more than `(1 − q)` of its
+    /// calls were slow, so with `q = 0.9` two slow calls of twenty are not a
+    /// breach and three are.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().quantile(1.5).build().unwrap_err();
+    /// assert_eq!(err.field(), "quantile");
+    /// ```
+    pub fn quantile(mut self, q: f64) -> Self {
+        self.quantile = q;
+        self
+    }
+
+    /// Consecutive breaching windows that trip the breaker (default 3).
+    /// Accepted: 1 to 255.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().trip_windows(0).build().unwrap_err();
+    /// assert_eq!(err.field(), "trip_windows");
+    /// ```
+    pub fn trip_windows(mut self, windows: u32) -> Self {
+        self.trip_windows = windows;
+        self
+    }
+
+    /// Length of one measurement window (default 1 s). Accepted: 1 ms to 1 h.
+    ///
+    /// Windows end at whole multiples of the length on the breaker's clock,
+    /// so that the breakers that share a clock and a window length close
+    /// their windows at the same instants (the [`Ticker`](crate::Ticker)
+    /// then wakes once per window for all of them). The first window ends
+    /// at the first multiple more than half a window after the breaker is
+    /// built, so it lasts between half a window and one and a half. If the
+    /// clock steps back, the breaker's time does not (see
+    /// [`Breaker::tick`](crate::Breaker::tick)), and its windows keep their
+    /// length but leave the grid by the size of the step.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, Breaker};
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_millis(300)); // the first window: 300 ms to 1 s
+    /// let b = Breaker::builder().clock(clock.clone()).window(Duration::from_secs(1)).build()?;
+    /// b.allow()?.record(true);
+    /// clock.advance(Duration::from_millis(700)); // 1 s on the clock
+    /// b.tick();
+    /// assert_eq!(b.snapshot().window.closed_at, Duration::from_millis(700));
+    ///
+    /// let err = Breaker::builder().window(Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.field(), "window");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Trip when more than this fraction of the calls in the rolling error
+    /// window failed (default 0.5). Accepted: `0 <= r <= 1`, taken to nine
+    /// decimal places and compared exactly; 1 never trips.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().error_rate(-0.1).build().unwrap_err();
+    /// assert_eq!(err.field(), "error_rate");
+    /// ```
+    pub fn error_rate(mut self, rate: f64) -> Self {
+        self.error_rate = rate;
+        self
+    }
+
+    /// The rolling span the error rate is measured over (default 10
+    /// windows), rounded up to whole windows. Accepted: one window to 1024
+    /// windows.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().error_window(Duration::from_secs(30)).build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn error_window(mut self, span: Duration) -> Self {
+        self.error_window = Some(span);
+        self
+    }
+
+    /// A window (or rolling error span) with fewer calls never trips by
+    /// latency or error rate (default 20). Any value is accepted.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().min_calls(100).build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn min_calls(mut self, calls: u64) -> Self {
+        self.min_calls = calls;
+        self
+    }
+
+    /// The classic count trip: open when at least `failures` calls failed
+    /// within the rolling span `within` (rounded up to whole windows, and
+    /// judged at window close). Off by default. `min_calls` does not apply:
+    /// the count is its own minimum. Accepted: `failures >= 1`, `within` one
+    /// window to 1024 windows.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// // "5 failures within 30 s, 15 s recovery"
+    /// let b = tailguard::Breaker::builder()
+    ///     .failure_count(5, Duration::from_secs(30))
+    ///     .base_backoff(Duration::from_secs(15))
+    ///     .max_backoff(Duration::from_secs(15))
+    ///     .build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn failure_count(mut self, failures: u32, within: Duration) -> Self {
+        self.failure_count = Some((failures, within));
+        self
+    }
+
+    /// The first OPEN lasts this long (default 1 s); each re-trip without a
+    /// clean recovery doubles it up to [`max_backoff`](Self::max_backoff).
+    /// Accepted: 1 ns to `max_backoff`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().base_backoff(Duration::from_micros(100)).build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn base_backoff(mut self, backoff: Duration) -> Self {
+        self.base_backoff = backoff;
+        self
+    }
+
+    /// The longest OPEN (default 30 s). Accepted: up to one day.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let err = tailguard::Breaker::builder().max_backoff(Duration::from_secs(86_401)).build().unwrap_err();
+    /// assert_eq!(err.field(), "max_backoff");
+    /// ```
+    pub fn max_backoff(mut self, backoff: Duration) -> Self {
+        self.max_backoff = backoff;
+        self
+    }
+
+    /// Randomise each OPEN duration (default [`Jitter::None`]).
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().jitter(tailguard::Jitter::Bounded(2.0)).build().unwrap_err();
+    /// assert_eq!(err.field(), "jitter");
+    /// ```
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Probes admitted at once in HALF_OPEN (default 1). Accepted: 1 to 255.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().half_open_probes(0).build().unwrap_err();
+    /// assert_eq!(err.field(), "half_open_probes");
+    /// ```
+    pub fn half_open_probes(mut self, probes: u32) -> Self {
+        self.half_open_probes = probes;
+        self
+    }
+
+    /// Consecutive good probes that close the breaker (default 5).
+    /// Accepted: 1 to 255.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().success_to_close(256).build().unwrap_err();
+    /// assert_eq!(err.field(), "success_to_close");
+    /// ```
+    pub fn success_to_close(mut self, successes: u32) -> Self {
+        self.success_to_close = successes;
+        self
+    }
+
+    /// How long a probe may stay out before it is taken for slow: when every
+    /// probe slot has been held this long without a verdict (a permit leaked
+    /// with `mem::forget`, a call that hangs), the breaker re-opens with the
+    /// next backoff and the slots are free again at the next HALF_OPEN.
+    /// Default: ten latency thresholds, at least 1 s. Accepted: from the
+    /// latency threshold to one day.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let err = tailguard::Breaker::builder()
+    ///     .latency_threshold(Duration::from_millis(50))
+    ///     .probe_lease(Duration::from_millis(10))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "probe_lease");
+    /// ```
+    pub fn probe_lease(mut self, lease: Duration) -> Self {
+        self.probe_lease = Some(lease);
+        self
+    }
+
+    /// What a permit dropped without a verdict counts as (default
+    /// [`CancelPolicy::Cancelled`]).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().on_cancel(tailguard::CancelPolicy::Failure).build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn on_cancel(mut self, policy: CancelPolicy) -> Self {
+        self.cancel = policy;
+        self
+    }
+
+    /// Count calls still in flight at window close that have already run
+    /// longer than the threshold as slow calls of that window, each exactly
+    /// once (default off; costs `allow` and `record` one more CAS each). A
+    /// consumer that hangs outright then trips the breaker even when no call
+    /// ever returns. A call that starts while window closes are late by more
+    /// than a window, or while the clock is behind the last close, is not
+    /// tracked in flight (it is still counted when it returns).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().track_in_flight(true).build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn track_in_flight(mut self, on: bool) -> Self {
+        self.track_in_flight = on;
+        self
+    }
+
+    /// Number of shared counter shards, rounded up to a power of two
+    /// (default: the available parallelism, rounded up). Accepted: 1 to 1024.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().shards(0).build().unwrap_err();
+    /// assert_eq!(err.field(), "shards");
+    /// ```
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// Reserve this many single-writer shards for owned per-core handles
+    /// ([`Breaker::local_handle`]) (default 0). Accepted: 0 to 64.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(2).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// # drop(h);
+    /// ```
+    pub fn local_handles(mut self, handles: usize) -> Self {
+        self.local_handles = handles;
+        self
+    }
+
+    /// The clock (default: [`ClockSource::precise`]).
+    ///
+    /// ```
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn clock(mut self, clock: impl Into<ClockSource>) -> Self {
+        self.clock = Some(clock.into());
+        self
+    }
+
+    /// Called with every transition, in generation order (strictly
+    /// increasing generations), outside any lock; it may call back into the
+    /// breaker.
+    ///
+    /// **When.** The listener never runs on the hot path. A transition made
+    /// inside [`Breaker::allow`] or a permit's verdict (OPEN → HALF_OPEN, a
+    /// probe deciding its round) is queued and delivered by the breaker's
+    /// next [`Breaker::tick`], which a running [`Ticker`](crate::Ticker)
+    /// makes at its next window end or backoff end (so within one window of
+    /// the transition), or by the next override call. Transitions made by
+    /// `tick` itself and by the overrides ([`Breaker::force_open`],
+    /// [`Breaker::reset`], ...) are delivered before those calls return,
+    /// on the calling thread, unless another thread is delivering already
+    /// (then it delivers them).
+    ///
+    /// **Loss.** Up to 64 events wait per breaker. Only when 64 are waiting
+    /// is one dropped: the oldest waiting event gives way, together with any
+    /// earlier transition whose event has not been queued yet (its thread
+    /// stopped between the transition and queueing it; that event is dropped
+    /// when it turns up), so the latest transition always reaches the
+    /// listener. That takes 64 transitions between two deliveries: overrides
+    /// called in a tight loop from several threads, or hot-path transitions
+    /// with no tick for a long time. Every dropped event is counted in
+    /// [`Snapshot::events_lost`](crate::Snapshot::events_lost) (Prometheus:
+    /// `breaker_events_lost_total`).
+    ///
+    /// **Panics.** A panic in the listener is caught and counted in
+    /// [`Snapshot::listener_panics`](crate::Snapshot::listener_panics); it
+    /// never unwinds into the breaker, the caller of an override or the
+    /// ticker thread, and delivery goes on with the next event.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, Breaker, State};
+    ///
+    /// let clock = ManualClock::new();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&seen);
+    /// let b = Breaker::builder()
+    ///     .clock(clock.clone())
+    ///     .success_to_close(1)
+    ///     .on_transition(move |t| sink.lock().unwrap().push(t.to))
+    ///     .build()?;
+    /// b.trip_now(); // an override: delivered before it returns
+    /// assert_eq!(*seen.lock().unwrap(), [State::Open]);
+    /// clock.advance(Duration::from_secs(1));
+    /// b.allow()?.record(true); // OPEN -> HALF_OPEN -> CLOSED on the hot path
+    /// assert_eq!(seen.lock().unwrap().len(), 1); // queued, not yet delivered
+    /// b.tick();
+    /// assert_eq!(*seen.lock().unwrap(), [State::Open, State::HalfOpen, State::Closed]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_transition(mut self, listener: impl Fn(&Transition) + Send + Sync + 'static) -> Self {
+        self.listener = Some(Box::new(listener));
+        self
+    }
+
+    /// Whether a running [`Ticker`](crate::Ticker) closes this breaker's
+    /// windows (default true). Turn off to drive [`Breaker::tick`] by hand
+    /// only, even when a ticker runs in the process.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().ticker(false).build();
+    /// assert!(b.is_ok());
+    /// ```
+    pub fn ticker(mut self, on: bool) -> Self {
+        self.register_with_ticker = on;
+        self
+    }
+
+    /// The consumer's name, for metrics and tracing (default none; a
+    /// [`Registry`](crate::Registry) sets it).
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().name("pricing").build().unwrap();
+    /// assert_eq!(b.name(), Some("pricing"));
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Flag the breaker as flapping when more than `cycles` OPEN →
+    /// HALF_OPEN → OPEN cycles (re-opens after a probe) happen within
+    /// `within` (default: more than 5 within 60 s). The flag shows in
+    /// [`Snapshot::flapping`](crate::Snapshot::flapping) and on the
+    /// transition that raised it; it clears once the rate drops. Accepted:
+    /// 1 to 64 cycles, `within` up to one day.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let err = tailguard::Breaker::builder().flapping(0, Duration::from_secs(60)).build().unwrap_err();
+    /// assert_eq!(err.field(), "flapping");
+    /// ```
+    pub fn flapping(mut self, cycles: u32, within: Duration) -> Self {
+        self.flapping = (cycles, within);
+        self
+    }
+
+    /// Validates every field and builds the breaker.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first bad field.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build()?;
+    /// assert_eq!(b.state(), tailguard::State::Closed);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn build(self) -> Result<Breaker, ConfigError> {
+        let name = self.name.clone();
+        let (config, sizes, clock, listener, register) = self.validate()?;
+        let breaker = Breaker::from_config(config, sizes, clock, listener, name);
+        #[cfg(not(tailguard_loom))]
+        if register {
+            crate::ticker::register(&breaker.inner);
+        }
+        #[cfg(tailguard_loom)]
+        let _ = register;
+        Ok(breaker)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn validate(self) -> Result<(Config, Sizes, ClockSource, Option<Listener>, bool), ConfigError> {
+        let span = |field, d: Duration, min: Duration, max: Duration| {
+            if d.is_zero() {
+                Err(ConfigError::new(field, K::Zero, "must be greater than zero"))
+            } else if d < min {
+                Err(ConfigError::new(field, K::OutOfRange, "is below the accepted minimum"))
+            } else if d > max {
+                Err(ConfigError::new(field, K::TooLarge, "is above the accepted maximum"))
+            } else {
+                Ok(duration_nanos_saturating(d))
+            }
+        };
+        let fraction = |field, v: f64| {
+            if v.is_nan() {
+                Err(ConfigError::new(field, K::NotANumber, "is NaN"))
+            } else if !(0.0..=1.0).contains(&v) {
+                Err(ConfigError::new(field, K::OutOfRange, "must lie in [0, 1]"))
+            } else {
+                Ok(v)
+            }
+        };
+        // A count kept in 8 bits of the state word.
+        let small = |field, v: u32| {
+            if v == 0 {
+                Err(ConfigError::new(field, K::Zero, "must be at least 1"))
+            } else if v > 255 {
+                Err(ConfigError::new(field, K::TooLarge, "must be at most 255"))
+            } else {
+                Ok(v)
+            }
+        };
+
+        let threshold_ns = span(
+            "latency_threshold",
+            self.latency_threshold,
+            Duration::from_nanos(1),
+            MAX_SPAN,
+        )?;
+        let quantile = fraction("quantile", self.quantile)?;
+        let quantile_ppb = ppb(quantile);
+        if quantile_ppb == 0 {
+            return Err(ConfigError::new(
+                "quantile",
+                K::OutOfRange,
+                "must lie in (0, 1], at least 0.000000001",
+            ));
+        }
+        let trip_windows = small("trip_windows", self.trip_windows)?;
+        let window_ns = span("window", self.window, MIN_WINDOW, MAX_SPAN)?;
+        let error_rate = fraction("error_rate", self.error_rate)?;
+        let windows_in = |field, d: Duration| -> Result<u64, ConfigError> {
+            let ns = span(field, d, Duration::from_nanos(1), MAX_SPAN.saturating_mul(1024))?;
+            let n = ns.div_ceil(window_ns);
+            if n > MAX_ROLLING_WINDOWS {
+                Err(ConfigError::new(field, K::TooLarge, "must cover at most 1024 windows"))
+            } else {
+                Ok(n)
+            }
+        };
+        let error_windows = match self.error_window {
+            Some(d) => windows_in("error_window", d)?,
+            None => 10,
+        };
+        let failure_count = match self.failure_count {
+            Some((0, _)) => return Err(ConfigError::new("failure_count", K::Zero, "needs at least one failure")),
+            Some((n, within)) => Some((
+                core::num::NonZeroU32::new(n).expect("zero was refused above"),
+                windows_in("failure_count", within)?,
+            )),
+            None => None,
+        };
+        let base_ns = span("base_backoff", self.base_backoff, Duration::from_nanos(1), MAX_BACKOFF)?;
+        let max_ns = span("max_backoff", self.max_backoff, Duration::from_nanos(1), MAX_BACKOFF)?;
+        if base_ns > max_ns {
+            return Err(ConfigError::new(
+                "base_backoff",
+                K::Inconsistent,
+                "must not exceed max_backoff",
+            ));
+        }
+        let jitter = match self.jitter {
+            Jitter::Bounded(f) => Jitter::Bounded(fraction("jitter", f)?),
+            other => other,
+        };
+        let probes = small("half_open_probes", self.half_open_probes)?;
+        let successes = small("success_to_close", self.success_to_close)?;
+        let lease_ns = match self.probe_lease {
+            Some(d) => {
+                let ns = span("probe_lease", d, Duration::from_nanos(1), MAX_BACKOFF)?;
+                if ns < threshold_ns {
+                    return Err(ConfigError::new(
+                        "probe_lease",
+                        K::Inconsistent,
+                        "must be at least the latency threshold",
+                    ));
+                }
+                ns
+            }
+            None => threshold_ns.saturating_mul(10).max(1_000_000_000),
+        };
+        let shards = match self.shards {
+            Some(0) => return Err(ConfigError::new("shards", K::Zero, "must be at least 1")),
+            Some(n) if n > MAX_SHARDS => return Err(ConfigError::new("shards", K::TooLarge, "must be at most 1024")),
+            Some(n) => n.next_power_of_two(),
+            None => default_shards(),
+        };
+        if self.local_handles > MAX_LOCAL_HANDLES {
+            return Err(ConfigError::new("local_handles", K::TooLarge, "must be at most 64"));
+        }
+        let flap_cycles = match self.flapping.0 {
+            0 => return Err(ConfigError::new("flapping", K::Zero, "needs at least one cycle")),
+            n if n > 64 => return Err(ConfigError::new("flapping", K::TooLarge, "must be at most 64 cycles")),
+            n => n,
+        };
+        let flap_ns = span("flapping", self.flapping.1, Duration::from_nanos(1), MAX_BACKOFF)?;
+        let ring_len = error_windows.max(failure_count.map_or(1, |(_, w)| w)).max(1) as usize;
+
+        let config = Config {
+            threshold_ns,
+            window_ns,
+            rule: Rule {
+                slow_ppb: PPB - quantile_ppb,
+                trip_windows: trip_windows as u8,
+                min_calls: self.min_calls,
+                error_ppb: ppb(error_rate),
+                failures: failure_count.map(|(n, _)| n),
+            },
+            error_windows: error_windows as u32,
+            failure_windows: failure_count.map_or(0, |(_, w)| w as u32),
+            base_ns,
+            max_ns,
+            jitter,
+            probes: probes as u8,
+            successes: successes as u8,
+            lease_ns,
+            cancel: self.cancel,
+            track_in_flight: self.track_in_flight,
+            flap_cycles,
+            flap_ns,
+        };
+        let sizes = Sizes {
+            shards,
+            local_handles: self.local_handles,
+            ring_len,
+        };
+        let clock = self.clock.unwrap_or_default();
+        Ok((config, sizes, clock, self.listener, self.register_with_ticker))
+    }
+}
+
+fn default_shards() -> usize {
+    #[cfg(tailguard_loom)]
+    {
+        1
+    }
+    #[cfg(not(tailguard_loom))]
+    {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_SHARDS)
+            .next_power_of_two()
+    }
+}

@@ -1,0 +1,325 @@
+//! The queue's logic: the occupancy word, admission, displacement, the
+//! consumer's pop, and the counters. No `unsafe`: the rings (`ring.rs`) do
+//! all of it.
+
+use crossbeam_utils::CachePadded;
+
+use super::ring::{too_large, Ring, Slot};
+use super::{ClassStats, FallbackDepth, Full, Priority, Pushed, Stats};
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// Bits per count in the occupancy word.
+const CLASS_BITS: u32 = 21;
+const CLASS_MASK: u64 = (1 << CLASS_BITS) - 1;
+/// Where the total is kept in the occupancy word.
+const TOTAL_SHIFT: u32 = 2 * CLASS_BITS;
+/// The largest capacity a queue accepts (2^21 − 1 items): each count of
+/// the occupancy word must fit in its 21 bits.
+///
+/// ```
+/// use tailguard::dlq::{DeadLetterQueue, MAX_CAPACITY};
+///
+/// assert_eq!(MAX_CAPACITY, 2_097_151);
+/// assert!(DeadLetterQueue::<u8>::with_capacity(MAX_CAPACITY + 1).is_err());
+/// ```
+pub const MAX_CAPACITY: usize = CLASS_MASK as usize;
+
+/// What every push and pop touches, in one cache line.
+struct Hot {
+    /// The occupancy word: the items of class `Idle` (bits 0–20), of class
+    /// `Routine` (bits 21–41), and of all classes (bits 42–63; `Critical`
+    /// is the rest), each item counted from the moment its push is admitted
+    /// (even before it is written) until the moment a remover claims it
+    /// (even before it is taken out). Every admission, displacement and
+    /// removal is one CAS on it, so the counts are always exact and an item
+    /// is never in transit between two counters.
+    occupancy: AtomicU64,
+    /// The tail of each class ring, indexed by `Priority::index`.
+    tails: [AtomicUsize; 3],
+}
+
+/// Items of every class in an occupancy word.
+#[inline]
+fn total(occupancy: u64) -> usize {
+    (occupancy >> TOTAL_SHIFT) as usize
+}
+
+/// Items of class `class` (an index) in an occupancy word.
+#[inline]
+fn count(occupancy: u64, class: usize) -> usize {
+    let field = |c: usize| ((occupancy >> (CLASS_BITS * c as u32)) & CLASS_MASK) as usize;
+    if class < 2 {
+        field(class)
+    } else {
+        total(occupancy) - field(0) - field(1)
+    }
+}
+
+/// What one item of class `class` (an index) adds to an occupancy word.
+#[inline]
+fn one(class: usize) -> u64 {
+    let own = if class < 2 { 1 << (CLASS_BITS * class as u32) } else { 0 };
+    (1 << TOTAL_SHIFT) | own
+}
+
+/// The shared state of a queue.
+pub(super) struct Inner<T> {
+    hot: CachePadded<Hot>,
+    /// Logical capacity: the counts of the occupancy word sum to at most
+    /// this, always.
+    pub(super) capacity: usize,
+    /// The starting position of every counter (non-zero only in tests of
+    /// wraparound).
+    start: usize,
+    /// One ring per class, indexed by `Priority::index`.
+    rings: [Ring<T>; 3],
+}
+
+impl<T> Inner<T> {
+    pub(super) fn new(capacity: usize, start: usize) -> Result<Self, ConfigError> {
+        if capacity == 0 {
+            return Err(ConfigError::new(
+                "capacity",
+                ConfigErrorKind::Zero,
+                "a dead-letter queue needs room for at least one item",
+            ));
+        }
+        if capacity > MAX_CAPACITY {
+            return Err(ConfigError::new(
+                "capacity",
+                ConfigErrorKind::TooLarge,
+                "must be at most 2,097,151 items (dlq::MAX_CAPACITY)",
+            ));
+        }
+        // Each ring gets a power-of-two number of slots >= capacity, and at
+        // least 2: with a single slot, `seq == p + 1` would mean both "full
+        // for `p`" and "free for `p + 1`", and a producer could write the
+        // slot while its previous item is still being read (loom found this
+        // for capacity 1). The three rings together must fit in an
+        // allocation (`isize::MAX` bytes).
+        let slots = capacity.next_power_of_two().max(2);
+        let bytes = slots
+            .checked_mul(core::mem::size_of::<Slot<T>>())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
+        if bytes.checked_mul(3).is_none() {
+            return Err(too_large());
+        }
+        Ok(Inner {
+            hot: CachePadded::new(Hot {
+                occupancy: AtomicU64::new(0),
+                tails: [
+                    AtomicUsize::new(start),
+                    AtomicUsize::new(start),
+                    AtomicUsize::new(start),
+                ],
+            }),
+            capacity,
+            start,
+            rings: [
+                Ring::new(slots, start)?,
+                Ring::new(slots, start)?,
+                Ring::new(slots, start)?,
+            ],
+        })
+    }
+
+    #[inline]
+    pub(super) fn push(&self, item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
+        let c = class.index();
+        let occupancy = &self.hot.occupancy;
+        let mut cur = occupancy.load(Ordering::Acquire);
+        loop {
+            if total(cur) < self.capacity {
+                match occupancy.compare_exchange_weak(cur, cur + one(c), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        self.rings[c].insert(&self.hot.tails[c], item);
+                        return Ok(Pushed::Queued);
+                    }
+                    Err(actual) => cur = actual,
+                }
+                continue;
+            }
+            return self.push_full(cur, item, class);
+        }
+    }
+
+    /// The slow path of `push`: the occupancy word `cur` says full. Displace
+    /// the oldest item of the lowest class present below `class`, or hand
+    /// the item back if every item in the queue is of `class` or above.
+    #[cold]
+    #[inline(never)]
+    fn push_full(&self, mut cur: u64, item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
+        let c = class.index();
+        let occupancy = &self.hot.occupancy;
+        loop {
+            if total(cur) < self.capacity {
+                // Room was made meanwhile.
+                match occupancy.compare_exchange_weak(cur, cur + one(c), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        self.rings[c].insert(&self.hot.tails[c], item);
+                        return Ok(Pushed::Queued);
+                    }
+                    Err(actual) => cur = actual,
+                }
+                continue;
+            }
+            let Some(lower) = (0..c).find(|&j| count(cur, j) > 0) else {
+                // Full, and at this instant every item counted is of this
+                // class or a higher one.
+                self.rings[c].slow.handed_back.fetch_add(1, Ordering::Relaxed);
+                return Err(Full(item));
+            };
+            // One item of class `lower` gives way to this one: claimed in the
+            // word first, then taken out of its ring (the oldest), so no
+            // other remover can count on it.
+            match occupancy.compare_exchange_weak(cur, cur - one(lower) + one(c), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let ring = &self.rings[lower];
+                    let old = ring.take_claimed(&self.hot.tails[lower]);
+                    ring.slow.displaced.fetch_add(1, Ordering::Relaxed);
+                    self.rings[c].insert(&self.hot.tails[c], item);
+                    return Ok(Pushed::Displaced(old, Priority::from_index(lower)));
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Consumer only (the caller is the single consumer). Takes the highest
+    /// class whose next item is written and still counted (a displacing
+    /// producer may have claimed it): claims one item of the class in the
+    /// occupancy word, then takes it out.
+    #[inline]
+    pub(super) fn pop(&self) -> Option<(T, Priority)> {
+        // `Critical`: only this thread removes from its ring, so a written
+        // head is this thread's to take once it is claimed in the word.
+        let c = Priority::Critical.index();
+        if self.rings[c].head_ready() {
+            self.claim_one(c);
+            let item = self.rings[c]
+                .pop_unshared()
+                .expect("the Critical head was written and only the consumer takes it");
+            return Some((item, Priority::Critical));
+        }
+        for class in [Priority::Routine, Priority::Idle] {
+            let c = class.index();
+            let ring = &self.rings[c];
+            let head = ring.head.load(Ordering::Acquire);
+            if ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+                continue;
+            }
+            let occupancy = &self.hot.occupancy;
+            let mut cur = occupancy.load(Ordering::Acquire);
+            loop {
+                if count(cur, c) == 0 {
+                    break; // displacing producers claimed every item of it
+                }
+                match occupancy.compare_exchange_weak(cur, cur - one(c), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        let item = match ring.take_at(head) {
+                            Some(item) => item,
+                            // A displacing producer took that one first:
+                            // the next item of the class is ours.
+                            None => ring.take_claimed(&self.hot.tails[c]),
+                        };
+                        return Some((item, class));
+                    }
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+        None
+    }
+
+    /// Claims one item of class `c` in the occupancy word; the caller knows
+    /// one is counted that nobody else can claim (a written `Critical` head:
+    /// only the consumer removes `Critical` items).
+    fn claim_one(&self, c: usize) {
+        self.hot.occupancy.fetch_sub(one(c), Ordering::AcqRel);
+    }
+
+    pub(super) fn len(&self) -> usize {
+        total(self.hot.occupancy.load(Ordering::Acquire))
+    }
+
+    pub(super) fn fallback_depth(&self) -> FallbackDepth {
+        let o = self.hot.occupancy.load(Ordering::Acquire);
+        FallbackDepth {
+            idle: count(o, 0),
+            routine: count(o, 1),
+            critical: count(o, 2),
+        }
+    }
+
+    fn class_stats(&self, class: Priority) -> ClassStats {
+        let ring = &self.rings[class.index()];
+        // Read `displaced` before `head` and `head` before `tail`, so that
+        // `removed >= displaced` and `queued >= removed`.
+        let displaced = ring.slow.displaced.load(Ordering::Acquire) as u64;
+        let handed_back = ring.slow.handed_back.load(Ordering::Acquire) as u64;
+        let removed = ring.head.load(Ordering::Acquire).wrapping_sub(self.start) as u64;
+        let queued = self.hot.tails[class.index()]
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.start) as u64;
+        ClassStats {
+            pushed: queued + handed_back,
+            queued,
+            popped: removed.saturating_sub(displaced),
+            displaced,
+            handed_back,
+            depth: count(self.hot.occupancy.load(Ordering::Acquire), class.index()) as u64,
+        }
+    }
+
+    pub(super) fn stats(&self) -> Stats {
+        Stats {
+            idle: self.class_stats(Priority::Idle),
+            routine: self.class_stats(Priority::Routine),
+            critical: self.class_stats(Priority::Critical),
+        }
+    }
+}
+
+#[cfg(all(test, not(tailguard_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_seq_layout_wraps() {
+        let inner = Inner::<u8>::new(3, usize::MAX - 1).unwrap();
+        let ring = &inner.rings[0];
+        assert_eq!(ring.slots.len(), 4);
+        for k in 0..4usize {
+            let pos = (usize::MAX - 1).wrapping_add(k);
+            assert_eq!(ring.slot(pos).seq.load(Ordering::Relaxed), pos);
+        }
+    }
+
+    #[test]
+    fn a_ring_has_at_least_two_slots() {
+        let inner = Inner::<u8>::new(1, 0).unwrap();
+        assert!(inner.rings.iter().all(|r| r.slots.len() == 2));
+    }
+
+    #[test]
+    fn the_occupancy_word_keeps_exact_counts_per_class() {
+        let mut o = 0u64;
+        for (class, n) in [(0usize, 3u64), (1, 5), (2, 7)] {
+            for _ in 0..n {
+                o += one(class);
+            }
+        }
+        assert_eq!((count(o, 0), count(o, 1), count(o, 2), total(o)), (3, 5, 7, 15));
+        // A displacement: one Idle gives way to one Critical.
+        o = o - one(0) + one(2);
+        assert_eq!((count(o, 0), count(o, 1), count(o, 2), total(o)), (2, 5, 8, 15));
+        // Every count at its largest.
+        let full = MAX_CAPACITY as u64;
+        let o = full * one(0);
+        assert_eq!((count(o, 0), total(o)), (MAX_CAPACITY, MAX_CAPACITY));
+        let o = full * one(2);
+        assert_eq!((count(o, 2), count(o, 0), total(o)), (MAX_CAPACITY, 0, MAX_CAPACITY));
+    }
+}
