@@ -175,6 +175,10 @@ fn run(op: &str, n: u64) {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--list-ops") {
+        println!("{}", OPS.join(" "));
+        return;
+    }
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     match args.as_slice() {
         [op, n] => run(op, n.parse().expect("a count")),

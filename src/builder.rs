@@ -250,7 +250,9 @@ impl BreakerBuilder {
     }
 
     /// A window (or rolling error span) with fewer calls never trips by
-    /// latency or error rate (default 20). Any value is accepted.
+    /// latency or error rate (default 20). Any value is accepted. When one
+    /// late tick closes `k` windows at once, their calls are judged together
+    /// and must number at least `k × min_calls`.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().min_calls(100).build();
@@ -442,7 +444,9 @@ impl BreakerBuilder {
     /// `tick` itself and by the overrides ([`Breaker::force_open`],
     /// [`Breaker::reset`], ...) are delivered before those calls return,
     /// on the calling thread, unless another thread is delivering already
-    /// (then it delivers them).
+    /// (then it delivers them) or an earlier transition's event has not been
+    /// queued yet (a thread that made it is between its CAS and queueing its
+    /// event: the next delivery brings both, in order).
     ///
     /// **Loss.** Up to 64 events wait per breaker. Only when 64 are waiting
     /// is one dropped: the oldest waiting event gives way, together with any

@@ -25,8 +25,9 @@
 //! # A listener that panics
 //!
 //! Its panic is caught and counted ([`Events::panics`]); delivery goes on
-//! with the next event. User code never unwinds through the breaker or the
-//! ticker thread.
+//! with the next event. The panic's payload is dropped inside a catch of its
+//! own (a payload whose `Drop` panics is itself user code), so user code
+//! never unwinds through the breaker or the ticker thread.
 
 use crate::report::Transition;
 use crate::sync::Mutex;
@@ -166,6 +167,15 @@ impl Active {
             }
             q.delivering = true;
         }
+        // Clears `delivering` if anything below unwinds after all (nothing
+        // should: the listener's panics are caught).
+        struct Reset<'a>(&'a Mutex<Queue>);
+        impl Drop for Reset<'_> {
+            fn drop(&mut self) {
+                self.0.lock().delivering = false;
+            }
+        }
+        let reset = Reset(&self.queue);
         loop {
             let event = {
                 let mut q = self.queue.lock();
@@ -180,6 +190,8 @@ impl Active {
                         // one lock, so a push after this sees `delivering`
                         // clear and its thread's next delivery takes it.
                         q.delivering = false;
+                        drop(q);
+                        core::mem::forget(reset);
                         return;
                     }
                 }
@@ -199,11 +211,20 @@ impl Active {
             );
             if let Some(listener) = &self.listener {
                 let call = std::panic::AssertUnwindSafe(|| listener(&event));
-                if std::panic::catch_unwind(call).is_err() {
+                if let Err(payload) = std::panic::catch_unwind(call) {
                     self.queue.lock().panics += 1;
+                    swallow(payload);
                 }
             }
         }
+    }
+}
+
+/// Drops a caught panic's payload without letting a panic in its `Drop`
+/// escape (such a second payload is leaked rather than dropped).
+pub(crate) fn swallow(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
+        core::mem::forget(again);
     }
 }
 

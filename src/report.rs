@@ -246,10 +246,23 @@ pub struct WindowStats {
     /// than the threshold (in-flight tracking only; also in `calls`/`slow`).
     pub in_flight_slow: u64,
     /// Verdicts (and cancellations) of permits admitted in an earlier
-    /// generation, before a transition: counted here, apart from `calls`,
-    /// and never judged, so calls from before a trip or a recovery never
-    /// decide the windows after it.
+    /// generation, before a transition, and calls of an earlier generation
+    /// still in flight at the first close after the transition: counted
+    /// here, apart from `calls`, and never judged, so calls from before a
+    /// trip or a recovery never decide the windows after it.
+    ///
+    /// One race is left open: a verdict whose thread is suspended between
+    /// the permit's generation check and its count (one `fetch_add`) for as
+    /// long as two transitions and a window close take counts in the window
+    /// it lands in (one call per suspended thread). Closing it would cost
+    /// every verdict a second atomic.
     pub stale: u64,
+    /// How many windows these counts span: 1 when windows close on time,
+    /// more when one tick closed several at once (a late tick cannot tell
+    /// which of them a call belonged to, so they are judged as if spread
+    /// evenly: `min_calls` per window, and each counts as a breaching
+    /// window if the span breaches). `closed_at` is the end of the newest.
+    pub windows: u32,
     /// When the window closed, since the breaker was built.
     pub closed_at: Duration,
     /// The window's latency quantiles (of calls that returned), `None` for

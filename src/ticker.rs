@@ -140,9 +140,15 @@ impl Ticker {
     /// ```
     pub fn with_max_sleep(max_sleep: Duration) -> std::io::Result<Ticker> {
         let mut global = GLOBAL.lock();
+        let mut handles = 1;
         if let Some(r) = global.running.as_mut() {
-            r.handles += 1;
-            return Ok(Ticker { _private: () });
+            if r.shared.alive.load(Ordering::Acquire) {
+                r.handles += 1;
+                return Ok(Ticker { _private: () });
+            }
+            // The thread died (nothing it runs should unwind, but if
+            // something did): start a new one for every handle.
+            handles += r.handles;
         }
         let max_sleep = max_sleep.max(Duration::from_nanos(SLOT_NS));
         let shared = Arc::new(Shared {
@@ -154,11 +160,13 @@ impl Ticker {
         let thread = std::thread::Builder::new()
             .name("tailguard-ticker".into())
             .spawn(move || run(&theirs, max_sleep))?;
-        global.running = Some(Running {
-            handles: 1,
+        if let Some(dead) = global.running.replace(Running {
+            handles,
             shared,
             thread,
-        });
+        }) {
+            let _ = dead.thread.join();
+        }
         Ok(Ticker { _private: () })
     }
 
@@ -292,8 +300,9 @@ fn tick_batch(batch: &mut Vec<Weak<Inner>>, mut done: impl FnMut(Weak<Inner>, u6
             // A panic in a breaker's tick (its custom clock, say) must not
             // take down the thread every other breaker depends on.
             let tick = std::panic::AssertUnwindSafe(|| inner.tick_for_ticker());
-            let until = std::panic::catch_unwind(tick).unwrap_or_else(|_| {
+            let until = std::panic::catch_unwind(tick).unwrap_or_else(|payload| {
                 PANICS.fetch_add(1, Ordering::Relaxed);
+                crate::events::swallow(payload);
                 1_000_000_000
             });
             drop(inner);

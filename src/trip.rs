@@ -5,6 +5,14 @@
 //! window close (`breaker/window.rs`) gathers the inputs and applies the
 //! verdict to the state word; this file is the whole of the decision.
 //!
+//! A close that comes late (one tick for several windows) cannot tell which
+//! of its windows its counts came from: it hands the rule a *span* of
+//! `windows` windows, judged as if the counts were spread evenly over them.
+//! So the span breaches when its slow fraction breaches and it has at least
+//! `min_calls` calls per window, and then counts as `windows` breaching
+//! windows; any tick cadence gives the same verdict on evenly spread
+//! traffic.
+//!
 //! Every fraction is compared exactly, in integers: a fraction is kept in
 //! parts per billion and `part / whole > limit` is decided as
 //! `part × 10^9 > whole × limit` in 128 bits (in floating point
@@ -50,10 +58,12 @@ pub(crate) struct Rule {
 /// What the rule reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Input {
-    /// The closed window's calls (in-flight slow ones included) ...
+    /// The closed span's calls (in-flight slow ones included) ...
     pub(crate) calls: u64,
     /// ... and how many of them were slow.
     pub(crate) slow: u64,
+    /// How many windows the span covers (1 when windows close on time).
+    pub(crate) windows: u64,
     /// Calls and errors over the error span (this window and the ones
     /// before it). A window's errors can include calls counted in the
     /// window before (a record straddling a close): the rule never takes
@@ -63,25 +73,31 @@ pub(crate) struct Input {
     pub(crate) span_errors: u64,
     /// Errors over the failure span.
     pub(crate) span_failures: u64,
-    /// Consecutive breaching windows before this one.
+    /// Consecutive breaching windows before this span.
     pub(crate) breaches: u8,
 }
 
 /// What the rule decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Verdict {
-    /// Consecutive breaching windows, this one included (0 if it did not
-    /// breach).
+    /// Consecutive breaching windows, this span's included (0 if it did
+    /// not breach).
     pub(crate) breaches: u8,
     /// Why to trip, if it trips. When several conditions hold, the latency
     /// streak wins, then the error rate, then the failure count.
     pub(crate) trip: Option<Reason>,
 }
 
-/// Judges one closed window.
+/// Judges one closed span (one window, or several closed at once).
 pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
-    let breach = w.calls > 0 && w.calls >= rule.min_calls && exceeds(w.slow, w.calls, rule.slow_ppb);
-    let breaches = if breach { w.breaches.saturating_add(1) } else { 0 };
+    let windows = w.windows.max(1);
+    let breach =
+        w.calls > 0 && w.calls >= rule.min_calls.saturating_mul(windows) && exceeds(w.slow, w.calls, rule.slow_ppb);
+    let breaches = if breach {
+        w.breaches.saturating_add(u8::try_from(windows).unwrap_or(u8::MAX))
+    } else {
+        0
+    };
     let span_errors = w.span_errors.min(w.span_calls);
     let error_trip =
         w.span_calls > 0 && w.span_calls >= rule.min_calls && exceeds(span_errors, w.span_calls, rule.error_ppb);
@@ -115,6 +131,7 @@ mod tests {
         Input {
             calls,
             slow,
+            windows: 1,
             span_calls: calls,
             span_errors: errors,
             span_failures: errors,
@@ -171,6 +188,7 @@ mod tests {
         let span = Input {
             calls: 2,
             slow: 0,
+            windows: 1,
             span_calls: 40,
             span_errors: 21,
             span_failures: 4,
@@ -195,6 +213,7 @@ mod tests {
         let w = Input {
             calls: 20,
             slow: 0,
+            windows: 1,
             span_calls: 20,
             span_errors: 25,
             span_failures: 0,
@@ -206,6 +225,37 @@ mod tests {
             ..DEFAULT
         };
         assert_eq!(judge(&all, &w).trip, None, "an error rate of 1 never trips");
+    }
+
+    #[test]
+    fn a_span_of_several_windows_is_judged_as_if_spread_evenly() {
+        let rule = Rule {
+            trip_windows: 2,
+            ..DEFAULT
+        };
+        let span = |calls, slow, windows| Input {
+            calls,
+            slow,
+            windows,
+            ..Input::default()
+        };
+        // Two windows of 15 calls (min_calls 20): neither is judged.
+        assert_eq!(judge(&rule, &span(30, 30, 2)).breaches, 0);
+        // Two windows of 20 slow calls: two breaching windows, a trip.
+        assert_eq!(
+            judge(&rule, &span(40, 40, 2)),
+            Verdict {
+                breaches: 2,
+                trip: Some(Reason::LatencyBreach)
+            }
+        );
+        // Spread evenly, 1% of each window slow is no breach.
+        assert_eq!(judge(&rule, &span(400, 4, 4)).breaches, 0);
+        // A long gap: the streak saturates, nothing overflows.
+        let gap = judge(&rule, &span(1_000_000, 1_000_000, u64::MAX));
+        assert_eq!(gap.breaches, 0, "fewer than min_calls per window over the gap");
+        let long = judge(&Rule { min_calls: 0, ..rule }, &span(1000, 1000, 300));
+        assert_eq!(long.breaches, 255);
     }
 
     #[test]

@@ -145,3 +145,150 @@ fn f05_a_panicking_listener_never_stops_the_ticker() {
     drop(ticker);
     assert!(!Ticker::is_running());
 }
+
+// From the adversarial review of issue 8 (each failed on the commit it
+// attacked).
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Spins until `at`.
+fn spin_until(at: Instant) {
+    while Instant::now() < at {
+        std::hint::spin_loop();
+    }
+}
+
+/// Promise (DESIGN "Trip conditions"; README: "It trips on latency when, in
+/// `trip_windows` consecutive windows ..., more than 1 − quantile of the
+/// calls were slower than `latency_threshold`"; `BreakerBuilder::window`:
+/// accepted from 1 ms; `Ticker`: "closes the windows of every live
+/// breaker").
+///
+/// A breaker with 1 ms windows and `trip_windows(2)`, every call slow (900
+/// ms), about 20 calls per millisecond for a second, under the crate's own
+/// `Ticker`. The ticker schedules a breaker at least one 5 ms slot ahead,
+/// so each tick closes ~5 windows at once; all the calls go to the newest,
+/// the older ones are judged as empty and reset the breach streak. The
+/// breaker never trips, whatever the load.
+#[test]
+fn t01_under_the_ticker_1ms_windows_reach_trip_windows_2() {
+    let _serial = serial();
+    let ticker = Ticker::start().unwrap();
+    let b = Breaker::builder()
+        .window(MS)
+        .trip_windows(2)
+        .min_calls(1)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut next = start;
+    while start.elapsed() < Duration::from_secs(1) && b.state() == State::Closed {
+        if let Ok(p) = b.allow() {
+            p.record_latency(900 * MS, true);
+        }
+        next += Duration::from_micros(50);
+        spin_until(next.max(Instant::now()));
+    }
+    std::thread::sleep(20 * MS); // let the ticker close the last windows
+    let s = b.snapshot();
+    drop(ticker);
+    assert!(
+        s.trip_count > 0,
+        "1 s of 100% slow calls in 1 ms windows with trip_windows(2) never tripped under the Ticker: \
+         totals {:?}, last window {:?}",
+        s.totals,
+        s.window
+    );
+}
+
+/// Promise (DESIGN, README, `BreakerBuilder::min_calls`): "A window with
+/// fewer than `min_calls` calls never trips".
+///
+/// 1 ms windows, `min_calls(20)`, `trip_windows(1)`, calls spaced at least
+/// 150 µs apart: no window ever holds more than 7 calls. Under the crate's
+/// own `Ticker` each tick lumps ~5 windows into one judged window of ~30
+/// calls, and the breaker trips.
+#[test]
+fn t02_under_the_ticker_windows_below_min_calls_never_trip() {
+    let _serial = serial();
+    let ticker = Ticker::start().unwrap();
+    let b = Breaker::builder()
+        .window(MS)
+        .trip_windows(1)
+        .min_calls(20)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut last = Instant::now() - Duration::from_secs(1);
+    while start.elapsed() < Duration::from_millis(500) && b.state() == State::Closed {
+        // Never two calls within 150 µs: at most 7 in any 1 ms window.
+        spin_until(last + Duration::from_micros(150));
+        last = Instant::now();
+        if let Ok(p) = b.allow() {
+            p.record_latency(900 * MS, true);
+        }
+    }
+    let s = b.snapshot();
+    drop(ticker);
+    assert_eq!(
+        s.state,
+        State::Closed,
+        "windows of at most 7 calls (min_calls 20) tripped the breaker under the Ticker: last window {:?}",
+        s.window
+    );
+}
+
+/// A panic payload whose own `Drop` panics, `self.0` times in a chain.
+struct Bomb(u32);
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            std::panic::panic_any(Bomb(self.0 - 1));
+        }
+    }
+}
+
+/// Promise (`BreakerBuilder::on_transition`: a listener panic "never unwinds
+/// into the breaker, the caller of an override or the ticker thread";
+/// `Ticker::panics`: "the other breakers are not held up"; `Ticker::is_running`:
+/// "started, not yet stopped, and alive").
+///
+/// A listener panics (on the ticker thread) with a payload whose `Drop`
+/// panics, twice in a chain. The breaker's `deliver` drops the first payload
+/// in its own frame, the ticker's `catch_unwind(...).unwrap_or_else(|_| ..)`
+/// drops the second: that panic unwinds out of the ticker thread, which
+/// dies while its handle lives. Every breaker in the process stops being
+/// ticked.
+#[test]
+fn t03_a_listener_panic_whose_payload_panics_never_kills_the_ticker() {
+    let _serial = serial();
+    let ticker = Ticker::start().unwrap();
+    let window = 10 * MS;
+    let bad = Breaker::builder()
+        .window(window)
+        .trip_windows(1)
+        .min_calls(1)
+        .on_transition(|_| std::panic::panic_any(Bomb(2)))
+        .build()
+        .unwrap();
+    let good = Breaker::builder().window(window).build().unwrap();
+    for _ in 0..10 {
+        bad.allow().unwrap().record_latency(Duration::from_secs(1), true);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while bad.snapshot().trip_count == 0 && Instant::now() < deadline {
+        std::thread::sleep(5 * MS);
+    }
+    assert!(bad.snapshot().trip_count > 0, "setup: the ticker tripped the breaker");
+    std::thread::sleep(100 * MS);
+    let then = good.snapshot().window.closed_at;
+    std::thread::sleep(200 * MS);
+    let now = good.snapshot().window.closed_at;
+    let running = Ticker::is_running();
+    drop(ticker);
+    assert!(
+        running && now >= then + 5 * window,
+        "after a listener's panic the ticker thread is gone: is_running {running}, \
+         another breaker's last close {then:?} -> {now:?} over 200 ms"
+    );
+}

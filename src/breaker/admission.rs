@@ -60,9 +60,13 @@ impl Inner {
             return None;
         }
         let deadline = self.deadline.load(Ordering::Acquire);
-        let now = self.signed_now(self.clock.raw());
-        let earliest = (deadline as i64 - self.config.max_ns as i64).max(0);
-        (now >= earliest && now < deadline as i64).then(|| Rejected::new(RejectReason::Open, deadline - now as u64))
+        // A clock behind the breaker's start (negative) reads as far in the
+        // future here, and takes the slow path; so does one more than the
+        // longest backoff before the deadline (it stepped back).
+        let signed = self.signed_now(self.clock.raw()) as u64;
+        let earliest = deadline.saturating_sub(self.config.max_ns);
+        let now = signed.max(self.floor.load(Ordering::Relaxed));
+        (signed >= earliest && now < deadline).then(|| Rejected::new(RejectReason::Open, deadline - now))
     }
 
     /// An ordinary permit, admitted under `word`.
@@ -123,7 +127,12 @@ impl Inner {
     pub(super) fn admit_open(&self, word: Word) -> Admit<'_> {
         let gen = u64::from(word.generation());
         if self.deadline_gen.load(Ordering::Acquire) != gen {
-            // The transition into OPEN is being published right now.
+            // Either this OPEN's deadline is being published right now, or
+            // this OPEN is over (its deadline withdrawn) and `word` is stale.
+            let current = self.state.load();
+            if current != word {
+                return Admit::Retry(current);
+            }
             let d = self.config.backoff_ns(word.level());
             return Admit::Reject(Rejected::new(RejectReason::Open, d));
         }
@@ -132,11 +141,12 @@ impl Inner {
         let signed = self.signed_now(raw);
         // A correct clock is never more than the longest backoff before the
         // deadline; further back, it stepped back: resume from the trip.
-        let now = if signed < deadline as i64 - self.config.max_ns as i64 {
+        let now = if i128::from(signed) < i128::from(deadline) - i128::from(self.config.max_ns) {
             self.raise_floor(raw, self.opened_at.load(Ordering::Acquire))
         } else {
             signed.max(0) as u64
         };
+        let now = now.max(self.floor.load(Ordering::Acquire));
         if now < deadline {
             return Admit::Reject(Rejected::new(RejectReason::Open, deadline - now));
         }
@@ -162,7 +172,7 @@ impl Inner {
     pub(super) fn admit_half_open(&self, word: Word) -> Admit<'_> {
         let limit = self.config.probes;
         let raw = self.clock.raw();
-        let now = self.now_from_raw(raw);
+        let now = self.now_floored(raw);
         if self.lease_expired(word, now) {
             return Admit::Retry(self.state.load());
         }

@@ -3,7 +3,14 @@
 //! latency threshold. The slots themselves (tagged CAS words) are in
 //! `shard.rs`, with the protocol.
 //!
-//! Touches `flight_floor` (window close raises it; `allow` reads it) and the
+//! Two rules keep a call from looking older than it is. A call never takes
+//! an epoch before the last close's time (`floor`), so a clock that stepped
+//! back cannot date it earlier. And a call that starts while a close runs
+//! (`closing` is set before the close reads the clock, cleared after its
+//! claim) is not tracked: otherwise a clock that stepped back during the
+//! close could date it before the close and have it claimed at once.
+//!
+//! Reads `floor` and `closing` (window close writes them) and touches the
 //! shards' in-flight slots.
 
 use super::Inner;
@@ -22,7 +29,13 @@ impl Inner {
     /// call is not tracked (see the shard module).
     #[inline]
     pub(super) fn enter_flight(&self, start_raw: u64) -> u64 {
-        let epoch = (self.now_from_raw(start_raw) / self.epoch_ns).max(self.flight_floor.load(Ordering::Acquire));
+        // After the clock read (in `normal_permit`): a close that set the
+        // flag before reading the clock either sees this call's reading as
+        // earlier than its own, or this call sees the flag.
+        if self.closing.load(Ordering::SeqCst) {
+            return 0;
+        }
+        let epoch = self.now_floored(start_raw) / self.epoch_ns;
         let index = self.shards.mine_index();
         match self.shards.shared()[index].in_flight() {
             Some(slots) if slots.enter(epoch) => (epoch + 1) << 10 | index as u64,
@@ -31,7 +44,7 @@ impl Inner {
     }
 
     /// The call entered as `aux` (see [`enter_flight`](Self::enter_flight))
-    /// returns: false if window close already counted it as slow.
+    /// returns: false if window close already counted it (as slow or stale).
     #[inline]
     pub(super) fn leave_flight(&self, aux: u64) -> bool {
         let index = (aux & 0x3ff) as usize;
@@ -42,12 +55,20 @@ impl Inner {
     }
 
     /// Counts (and claims) the calls still in flight that started in an
-    /// epoch wholly older than `now − threshold`; from here on no call takes
-    /// an epoch before `now`'s.
+    /// epoch wholly older than `now − threshold`.
     pub(super) fn claim_in_flight(&self, now: u64) -> u64 {
         let g = self.epoch_ns;
-        self.flight_floor.fetch_max(now / g, Ordering::SeqCst);
-        let target = now.saturating_sub(self.config.threshold_ns) / g;
+        self.claim_before(now.saturating_sub(self.config.threshold_ns) / g)
+    }
+
+    /// Counts (and claims) every call in flight, whatever its age: at the
+    /// first close after a transition, they are all from an earlier
+    /// generation.
+    pub(super) fn claim_all_in_flight(&self, now: u64) -> u64 {
+        self.claim_before((now / self.epoch_ns).saturating_add(1))
+    }
+
+    fn claim_before(&self, target: u64) -> u64 {
         self.shards
             .shared()
             .iter()
@@ -55,6 +76,4 @@ impl Inner {
             .map(|slots| slots.claim(target))
             .sum()
     }
-
-    // ---- window close ----
 }

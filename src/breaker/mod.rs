@@ -57,7 +57,7 @@ use std::time::Duration;
 /// | `shards`, `leases`, `local_free`, `shadow_rejections` | the hot path (`allow`, verdicts); window close drains the shards |
 /// | `shift` | whoever notices the clock behind what the breaker acted on (window close, an OPEN admission) |
 /// | `deadline`, `opened_at`, `deadline_gen`, `trip_count`, `rng`, `flaps`, `flapping` | whoever makes a transition into OPEN or a re-open (hot path or window close), under `flaps` |
-/// | `tick`, `flight_floor` | window close, under `tick` |
+/// | `tick`, `floor`, `closing` | window close, under `tick` |
 /// | `events` | every transition queues; cold paths deliver |
 pub(crate) struct Inner {
     // ---- set at build ----
@@ -98,10 +98,14 @@ pub(crate) struct Inner {
 
     // ---- written by window close, under `tick` ----
     tick: Mutex<TickState>,
-    /// In-flight tracking: the epoch of the last window close. A call never
-    /// takes an earlier epoch (after a backward clock step it would look
-    /// older than it is).
-    flight_floor: AtomicU64,
+    /// The breaker time of the last window close: every decision outside a
+    /// close (a probe's lease, an in-flight epoch, a transition's time)
+    /// reads time at least this late, so a clock that stepped back since
+    /// cannot date anything before what a close already acted on.
+    floor: AtomicU64,
+    /// Set while a window close that tracks calls in flight runs (see
+    /// `flight.rs`).
+    closing: AtomicBool,
 
     // ---- queued by every transition, delivered on cold paths ----
     events: Events,
@@ -205,7 +209,8 @@ impl Breaker {
             opened_at: AtomicU64::new(0),
             deadline_gen: AtomicU64::new(u64::MAX),
             leases,
-            flight_floor: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
             trip_count: AtomicU64::new(0),
             shadow_rejections: AtomicU64::new(0),
             rng: AtomicU64::new(seed),

@@ -3,12 +3,20 @@
 //! it from going back past what the breaker has acted on.
 //!
 //! Touches `shift` (raised after a backward step; by window close, and by an
-//! OPEN admission that finds the clock behind its trip) and reads `clock`.
+//! OPEN admission that finds the clock behind its trip), reads `clock` and
+//! `floor`.
 
 use super::Inner;
 use crate::sync::Ordering;
 
 impl Inner {
+    /// The breaker's time for a clock reading, but never before the last
+    /// window close's (`floor`): for every decision taken outside a close.
+    #[inline]
+    pub(super) fn now_floored(&self, raw: u64) -> u64 {
+        self.now_from_raw(raw).max(self.floor.load(Ordering::Acquire))
+    }
+
     /// The breaker's time for a clock reading, signed: negative when the
     /// clock stepped back to before the breaker's start (or before the
     /// last correction) and nobody has noticed yet.

@@ -97,7 +97,7 @@ impl Inner {
             }
         });
         if let (Some(next), Some(reason)) = (stored, reason) {
-            self.note(seen, next, reason, self.now());
+            self.note(seen, next, reason, self.now_floored(self.clock.raw()));
         }
     }
 
@@ -106,6 +106,9 @@ impl Inner {
     /// event. Never calls the listener: delivery is for the cold paths
     /// (`tick`, overrides).
     pub(super) fn note(&self, from: Word, to: Word, reason: Reason, now: u64) {
+        if from.state() == State::Open {
+            self.retire_deadline(from);
+        }
         if from.state() == State::HalfOpen && to.state() == State::Open {
             self.count_flap(now);
         }
@@ -141,6 +144,16 @@ impl Inner {
             self.deadline.store(now.saturating_add(d), Ordering::Relaxed);
             self.opened_at.store(now, Ordering::Relaxed);
             self.deadline_gen.store(u64::from(to.generation()), Ordering::Release);
+        }
+    }
+
+    /// The OPEN of `from` is over: its deadline is withdrawn, so that no
+    /// later OPEN whose 30-bit generation is the same (2^30 transitions on)
+    /// can be taken for it between its CAS and its own publication.
+    fn retire_deadline(&self, from: Word) {
+        let _guard = self.flaps.lock();
+        if self.deadline_gen.load(Ordering::Acquire) == u64::from(from.generation()) {
+            self.deadline_gen.store(u64::MAX, Ordering::Release);
         }
     }
 
@@ -192,7 +205,7 @@ impl Inner {
             Decision::Set(w.transition(state, mode), ())
         });
         if let Some(next) = stored {
-            self.note(seen, next, reason, self.now());
+            self.note(seen, next, reason, self.now_floored(self.clock.raw()));
         }
         self.events.deliver();
     }
@@ -211,7 +224,7 @@ impl Inner {
             Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), true)
         });
         if let (Some(next), true) = (stored, transition) {
-            self.note(seen, next, Reason::Reset, self.now());
+            self.note(seen, next, Reason::Reset, self.now_floored(self.clock.raw()));
         }
         self.events.deliver();
     }
@@ -224,7 +237,7 @@ impl Inner {
             Decision::Set(w.transition(State::Open, w.mode()), ())
         });
         if let Some(next) = stored {
-            self.note(seen, next, Reason::ManualTrip, self.now());
+            self.note(seen, next, Reason::ManualTrip, self.now_floored(self.clock.raw()));
         }
         self.events.deliver();
     }

@@ -6,13 +6,14 @@
 //! and delivers waiting events.
 //!
 //! Owns `TickState` (under the `tick` lock); touches the state word
-//! (trips, breach counts), the shards (drains them) and `flight_floor`.
+//! (trips, breach counts), the shards (drains them), `floor` and `closing`.
 
 use super::Inner;
 use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
 use crate::shard::Counts;
 use crate::sketch::{Histogram, KEY_OFFSET};
 use crate::state::Decision;
+use crate::sync::AtomicBool;
 use crate::sync::Ordering;
 use crate::trip;
 use std::time::Duration;
@@ -22,11 +23,11 @@ use std::time::Duration;
 pub(super) struct TickState {
     /// End of the current window, relative nanoseconds.
     pub(super) window_end: u64,
-    /// The generation read just before the last drain of the counters: the
-    /// counts drained at the next close are judged only if the generation is
-    /// still this one after that drain (nothing between two drains straddles
-    /// a transition), whatever the tick cadence.
-    pub(super) window_gen: u32,
+    /// The full generation read just before the last drain of the
+    /// counters: the counts drained at the next close are judged only if the
+    /// generation is still this one after that drain (nothing between two
+    /// drains straddles a transition), whatever the tick cadence.
+    pub(super) window_gen: u64,
     /// Per-window (calls, errors), newest at `ring_pos - 1`.
     pub(super) ring: Box<[(u32, u32)]>,
     pub(super) ring_pos: u32,
@@ -74,6 +75,9 @@ impl Inner {
 
     /// The work of a tick, under the tick lock.
     fn tick_locked(&self, ts: &mut TickState) {
+        // With in-flight tracking, calls that start while this close runs
+        // are not tracked (see `flight.rs`): set before the clock is read.
+        let _closing = self.config.track_in_flight.then(|| Closing::start(&self.closing));
         let raw = self.clock.raw();
         let signed = self.signed_now(raw);
         let now = if signed < ts.high as i64 {
@@ -82,6 +86,8 @@ impl Inner {
             signed as u64
         };
         ts.high = now;
+        // Every decision from here on reads time at least this late.
+        self.floor.store(now, Ordering::Release);
 
         // OPEN whose backoff ran out: HALF_OPEN now, even with no caller.
         self.half_open_if_due(now);
@@ -99,65 +105,61 @@ impl Inner {
             return;
         }
         let w = self.config.window_ns;
+        // The windows due: what was counted since the last drain happened
+        // somewhere in them, which one this tick cannot tell, so the counts
+        // are a span of `due` windows, judged as if spread evenly over them.
         let due = (now - ts.window_end) / w + 1;
-        // After `ring_len + 1` empty windows nothing of the past is left;
-        // the rest of a long gap is skipped in one step.
-        let run = due.min(ts.ring.len() as u64 + 2);
-        ts.window_end = ts.window_end.saturating_add((due - run).saturating_mul(w));
+        let newest_end = ts.window_end.saturating_add((due - 1).saturating_mul(w));
+        ts.window_end = newest_end.saturating_add(w);
 
-        // What was recorded since the last drain is attributed to the newest
-        // window due; any earlier due windows were empty. It is judged only
-        // if no transition happened between the last drain and this one:
-        // the generation read after this drain must be the one read before
-        // the last (`window_gen`), and the one read before this drain is kept
-        // for the next. So a span that straddles a transition is never
-        // judged, however many windows one tick closes.
-        let before = self.state.load().generation();
+        // The span is judged only if no transition happened between the last
+        // drain and this one: the generation read after this drain must be
+        // the one read before the last (`window_gen`), and the one read
+        // before this drain is kept for the next. So a span that straddles a
+        // transition is never judged, however many windows one tick closes.
+        let before = self.state.full_generation(self.state.load());
         let mut counts = Counts::default();
-        // The window's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
-        // the stack, and only if the window has calls.
+        // The span's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
+        // the stack, and only if the span has calls.
         let mut hist: Option<Histogram> = None;
         self.shards.drain(&mut counts, |key, n| {
             hist.get_or_insert_with(Histogram::new)
                 .add((key - KEY_OFFSET) as usize, n)
         });
         let latency = hist.as_ref().and_then(Histogram::quantiles);
-        let in_flight = if self.config.track_in_flight {
-            self.claim_in_flight(now)
-        } else {
-            0
-        };
         let after = self.state.load();
-        let mut judged = after.state() == State::Closed
-            && matches!(after.mode(), Mode::Normal | Mode::MetricsOnly)
-            && after.generation() == ts.window_gen;
-        for i in 0..run {
-            let newest = i + 1 == run;
-            let closed_at = ts.window_end;
-            let tripped = if newest {
-                self.close_window(ts, counts, in_flight, latency, closed_at, now, judged)
+        let straddles = self.state.full_generation(after) != ts.window_gen;
+        let mut in_flight = 0;
+        if self.config.track_in_flight {
+            if straddles {
+                // Calls still in flight from before the transition are stale:
+                // claimed now, never judged in a later generation's window.
+                counts.stale += self.claim_all_in_flight(now);
             } else {
-                self.close_window(ts, Counts::default(), 0, None, closed_at, now, judged)
-            };
-            judged &= !tripped;
-            ts.window_end = ts.window_end.saturating_add(w);
+                in_flight = self.claim_in_flight(now);
+            }
         }
+        let judged =
+            !straddles && after.state() == State::Closed && matches!(after.mode(), Mode::Normal | Mode::MetricsOnly);
+        self.close_span(ts, counts, in_flight, latency, due, newest_end, now, judged);
         ts.window_gen = before;
     }
 
-    /// Records one closed window and, if `judged`, applies the trip rule to
-    /// it. Returns whether it tripped the breaker.
+    /// Records the closed span (`windows` windows, the newest ending at
+    /// `closed_at`) and, if `judged`, applies the trip rule to it, as if its
+    /// counts were spread evenly over its windows.
     #[allow(clippy::too_many_arguments)]
-    fn close_window(
+    fn close_span(
         &self,
         ts: &mut TickState,
         counts: Counts,
         in_flight: u64,
         latency: Option<LatencyQuantiles>,
+        windows: u64,
         closed_at: u64,
         now: u64,
         judged: bool,
-    ) -> bool {
+    ) {
         let calls = counts.calls + in_flight;
         let slow = counts.slow + in_flight;
         ts.last = WindowStats {
@@ -167,6 +169,7 @@ impl Inner {
             cancelled: counts.cancelled,
             in_flight_slow: in_flight,
             stale: counts.stale,
+            windows: u32::try_from(windows).unwrap_or(u32::MAX),
             closed_at: Duration::from_nanos(closed_at),
             latency,
         };
@@ -177,9 +180,16 @@ impl Inner {
         ts.totals.stale += counts.stale;
         if !judged {
             ts.clear_ring();
-            return false;
+            return;
         }
-        ts.push(calls, counts.errors);
+        // Each window's share into the rolling ring, oldest first (windows
+        // older than the ring would hold are left out); the remainders go to
+        // the newest.
+        let pushes = windows.min(ts.ring.len() as u64);
+        for i in (0..pushes).rev() {
+            let share = |n: u64| n / windows + u64::from(i < n % windows);
+            ts.push(share(calls), share(counts.errors));
+        }
         let c = &self.config;
         let (span_calls, span_errors) = ts.sum(c.error_windows as usize);
         let span_failures = if c.failure_windows == 0 {
@@ -189,12 +199,13 @@ impl Inner {
         };
         let gen = ts.window_gen;
         let (seen, stored, reason) = self.state.update(|w| {
-            if w.state() != State::Closed || w.generation() != gen {
+            if w.state() != State::Closed || self.state.full_generation(w) != gen {
                 return Decision::Keep(None);
             }
             let input = trip::Input {
                 calls,
                 slow,
+                windows,
                 span_calls,
                 span_errors,
                 span_failures,
@@ -207,13 +218,9 @@ impl Inner {
                 None => Decision::Keep(None),
             }
         });
-        match (stored, reason) {
-            (Some(next), Some(reason)) => {
-                ts.clear_ring();
-                self.note(seen, next, reason, now);
-                true
-            }
-            _ => false,
+        if let (Some(next), Some(reason)) = (stored, reason) {
+            ts.clear_ring();
+            self.note(seen, next, reason, now);
         }
     }
 
@@ -246,6 +253,24 @@ impl Inner {
         }
         self.events.deliver();
         until
+    }
+}
+
+/// Keeps the `closing` flag set for as long as it lives (while a window
+/// close that tracks calls in flight runs), clearing it however the close
+/// ends.
+struct Closing<'a>(&'a AtomicBool);
+
+impl<'a> Closing<'a> {
+    fn start(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        Self(flag)
+    }
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
