@@ -127,11 +127,32 @@ impl Core<'_> {
         state.full_generation(state.load()) == self.aux
     }
 
+    /// The verdict, with the latency measured on the breaker's clock now
+    /// (a disabled permit reads no clock).
+    #[inline(always)]
+    fn finish_measured(&self, ok: bool, sink: Sink<'_>) {
+        if self.tag.kind() != Tag::NORMAL {
+            if self.tag != Tag::DISABLED {
+                self.finish_other(self.measured(), ok, sink);
+            }
+            return;
+        }
+        self.finish_normal(self.measured(), ok, sink);
+    }
+
     #[inline(always)]
     fn finish(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
         if self.tag.kind() != Tag::NORMAL {
             return self.finish_other(latency_ns, ok, sink);
         }
+        self.finish_normal(latency_ns, ok, sink);
+    }
+
+    /// An ordinary call's verdict: counted in the window, unless window
+    /// close already counted it in flight, or it is from an earlier
+    /// generation (stale).
+    #[inline(always)]
+    fn finish_normal(&self, latency_ns: u64, ok: bool, sink: Sink<'_>) {
         if self.leave_flight() {
             if self.tag.is_current(self.inner.state.load()) {
                 let slow = latency_ns > self.inner.config.threshold_ns;
@@ -222,9 +243,7 @@ impl Permit<'_> {
     #[inline(always)]
     pub fn record(self, ok: bool) {
         let this = ManuallyDrop::new(self);
-        if this.core.tag != Tag::DISABLED {
-            this.core.finish(this.core.measured(), ok, Sink::Shared);
-        }
+        this.core.finish_measured(ok, Sink::Shared);
     }
 
     /// Records the verdict with a latency the caller measured.
@@ -384,10 +403,7 @@ impl LocalPermit<'_> {
     #[inline(always)]
     pub fn record(self, ok: bool) {
         let this = ManuallyDrop::new(self);
-        if this.core.tag != Tag::DISABLED {
-            this.core
-                .finish(this.core.measured(), ok, Sink::Local(this.handle.shard()));
-        }
+        this.core.finish_measured(ok, Sink::Local(this.handle.shard()));
     }
 
     /// As [`Permit::record_latency`].
