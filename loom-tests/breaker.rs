@@ -1,6 +1,34 @@
-//! Loom models of the breaker's concurrent protocols.
+//! Loom models of the crate's concurrent protocols: every one the crate has,
+//! beside the model that checks it (the queue's are in `dlq.rs` here).
 //!
-//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_breaker`
+//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_breaker --test loom_dlq`
+//! (`.ci/run` does). Every model runs at the bound of 2 unless it says
+//! otherwise; `.ci/run` runs five again at 3, each in under a second:
+//! `a_dropped_probe_returns_its_slot`,
+//! `a_probe_admitted_from_a_stale_word_gets_its_own_lease`,
+//! `a_probe_verdict_racing_its_lease_expiry_decides_the_round_once`,
+//! `an_in_flight_call_is_counted_once_against_a_racing_claim` and
+//! `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`.
+//!
+//! | protocol (where) | models |
+//! |---|---|
+//! | transitions: a CAS over a pure decision, racing OPEN → HALF_OPEN (`state.rs`, `breaker/admission.rs`) | `racing_allow_at_open_expiry_respects_the_probe_limit`, `two_slots_three_racers` |
+//! | probe slots taken and given back (`breaker/admission.rs`, `breaker/transition.rs`) | `a_dropped_probe_returns_its_slot`, `two_slots_three_racers` |
+//! | probe leases stamped by the CAS that won the slot (`breaker/admission.rs`) | `a_probe_admitted_from_a_stale_word_gets_its_own_lease` |
+//! | lease expiry against the probe's verdict (`breaker/window.rs`, `breaker/admission.rs`) | `a_probe_verdict_racing_its_lease_expiry_decides_the_round_once` |
+//! | rounds and generations: the 64-bit generation, stale verdicts (`state.rs`, `breaker/transition.rs`, `breaker/permit.rs`) | `a_stale_generation_result_changes_nothing`, `a_probe_from_an_old_round_never_decides_the_new_one` |
+//! | OPEN deadline published after the trip, withdrawn after the OPEN (`breaker/transition.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected` |
+//! | window close against records into shared shards (`shard.rs`, `breaker/window.rs`) | `counters_are_conserved_across_a_concurrent_tick` |
+//! | owned handles: single-writer shards read by window close, shards handed out by CAS (`shard.rs`, `breaker/permit.rs`) | `local_handle_records_are_conserved_across_a_concurrent_tick`, `a_local_shard_is_handed_out_once` |
+//! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag (`shard.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow` |
+//! | events queued by every transition, delivered in order off the hot path (`events.rs`) | `events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted`, `a_hot_path_transition_racing_an_override_is_delivered_in_order` |
+//! | the queue: slot `seq` protocol, the occupancy word, displacement, the consumer's pop (`dlq/`) | the nine models of `dlq.rs` (two bounded lower, as they state) |
+//!
+//! Not modelled: the ticker thread's start and stop and the coarse clock's
+//! upkeep thread use std threads, `parking_lot` and real time, which loom
+//! does not run; their races are tested by stress in `tests/ticker.rs`
+//! (`f03_…`, `t03_…`). Loom has no 128-bit atomics and no clock: every
+//! model drives a `ManualClock` by hand and calls `tick()` itself.
 #![cfg(tailguard_loom)]
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -292,5 +320,164 @@ fn events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted() {
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
         assert_eq!(seen.len() as u64 + snap.events_lost, u64::from(snap.generation));
         assert_eq!(snap.generation, 2);
+    });
+}
+
+/// Lease expiry (a tick re-opening on a probe out past its lease) racing
+/// that probe's own verdict: exactly one of them decides the round.
+#[test]
+fn a_probe_verdict_racing_its_lease_expiry_decides_the_round_once() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .probe_lease(SEC)
+            .success_to_close(1)
+            .build()
+            .unwrap();
+        b.trip_now();
+        clock.advance(SEC);
+        let probe = b.allow().unwrap();
+        let round = b.snapshot().generation;
+        clock.advance(SEC); // the probe is now out as long as its lease
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.tick());
+        probe.record_latency(Duration::from_millis(1), true);
+        t.join().unwrap();
+        let s = b.snapshot();
+        assert_eq!(s.generation, round + 1, "one transition out of the round: {s:?}");
+        match s.state {
+            State::Closed => assert_eq!(s.trip_count, 1),
+            State::Open => assert_eq!(s.trip_count, 2),
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+/// An owned handle records on its own thread (single-writer counters)
+/// while a window close reads them: every record is counted once.
+#[test]
+fn local_handle_records_are_conserved_across_a_concurrent_tick() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .local_handles(1)
+            .build()
+            .unwrap();
+        let h = b.local_handle().unwrap();
+        let t = thread::spawn(move || {
+            h.allow().unwrap().record_latency(SEC, false);
+            h.allow().unwrap().record_latency(Duration::from_millis(1), true);
+        });
+        clock.advance(SEC);
+        b.tick();
+        t.join().unwrap();
+        clock.advance(SEC);
+        b.tick();
+        let totals = b.snapshot().totals;
+        assert_eq!((totals.calls, totals.errors, totals.slow), (2, 1, 1), "{totals:?}");
+    });
+}
+
+/// Local shards are handed out once: two threads asking for the only one
+/// never both get it, and a dropped handle frees it.
+#[test]
+fn a_local_shard_is_handed_out_once() {
+    model(|| {
+        let b = Breaker::builder().local_handles(1).build().unwrap();
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.local_handle().map(drop).is_ok());
+        let mine = b.local_handle();
+        let theirs = t.join().unwrap();
+        // If both got it, theirs was dropped before mine was taken.
+        if mine.is_ok() && theirs {
+            assert!(b.local_handle().is_err(), "mine is still held");
+        }
+        assert!(mine.is_ok() || theirs);
+        drop(mine);
+        assert!(b.local_handle().is_ok());
+    });
+}
+
+/// A call racing a trip is admitted as an ordinary call (before the trip)
+/// or rejected; once the trip is done, calls are rejected for the backoff,
+/// whatever the deadline's publication raced.
+#[test]
+fn a_call_racing_a_trip_is_admitted_before_it_or_rejected() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder().clock(clock.clone()).build().unwrap();
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.trip_now());
+        match b.allow() {
+            Ok(p) => assert!(!p.is_probe()),
+            Err(r) => assert_eq!(r.retry_after(), Some(SEC)),
+        }
+        t.join().unwrap();
+        let r = b.allow().unwrap_err();
+        assert_eq!(r.retry_after(), Some(SEC));
+    });
+}
+
+/// With in-flight tracking, the clock steps back while a window close runs
+/// and a call starts: whatever the interleaving, the call (1 ms long) is
+/// never counted as slow.
+#[test]
+fn a_call_starting_during_a_close_after_a_clock_step_is_never_slow() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .track_in_flight(true)
+            .build()
+            .unwrap();
+        clock.advance(3 * SEC);
+        let (b2, c2) = (b.clone(), clock.clone());
+        let t = thread::spawn(move || {
+            c2.rewind(SEC);
+            let p = b2.allow().unwrap();
+            c2.advance(Duration::from_millis(1));
+            p.record(true);
+        });
+        b.tick();
+        t.join().unwrap();
+        for _ in 0..2 {
+            clock.advance(SEC);
+            b.tick();
+        }
+        let totals = b.snapshot().totals;
+        assert_eq!((totals.calls, totals.slow), (1, 0), "{totals:?}");
+    });
+}
+
+/// A probe's verdict (a transition made on the hot path, its event queued
+/// for later) racing an operator's override (delivered at once): the
+/// listener sees strictly increasing generations, and every transition is
+/// delivered by the next tick or counted as lost.
+#[test]
+fn a_hot_path_transition_racing_an_override_is_delivered_in_order() {
+    model(|| {
+        let clock = ManualClock::new();
+        let seen = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .on_transition(move |t| sink.lock().unwrap().push(t.generation))
+            .build()
+            .unwrap();
+        b.trip_now();
+        clock.advance(SEC);
+        let b2 = b.clone();
+        // OPEN -> HALF_OPEN and a failed probe re-opening, on the hot path
+        // (or, after the override, an ordinary failed call).
+        let t = thread::spawn(move || b2.allow().unwrap().record(false));
+        b.force_closed();
+        t.join().unwrap();
+        b.tick();
+        let snap = b.snapshot();
+        let seen = seen.lock().unwrap();
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        assert_eq!(seen.len() as u64 + snap.events_lost, u64::from(snap.generation));
     });
 }

@@ -47,8 +47,9 @@
 //! those older calls have run for at least `INFLIGHT_SLOTS − 1` epochs
 //! (longer than a window and a threshold) and the call claims them itself,
 //! for the next close to count. A call whose slot counts a *later* epoch, or
-//! its own epoch already claimed (the clock stepped back past a close), is
-//! not tracked: it is counted when it returns, never as in flight.
+//! its own epoch already claimed (the clock stepped back past a close), or
+//! that arrives while a close is claiming (the slot's closing flag), is not
+//! tracked: it is counted when it returns, never as in flight.
 
 use crate::sketch::{is_slow_bucket, key_index, sketch_key, BUCKETS};
 use crate::sync::{AtomicU64, Ordering};
@@ -106,7 +107,8 @@ const CARRIED: u32 = 63;
 pub(crate) const INFLIGHT_SLOTS: usize = 16;
 
 /// A shard's in-flight slots (see the module docs). Slot word: the epoch tag
-/// (epoch mod 2^47) in the high 47 bits, the claimed flag, a 16-bit count.
+/// (epoch mod 2^46) in the high 46 bits, the claimed flag, the closing flag
+/// (a window close is claiming: no call may enter), a 16-bit count.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     slots: [AtomicU64; INFLIGHT_SLOTS],
@@ -116,8 +118,9 @@ pub(crate) struct InFlight {
 }
 
 const FLIGHT_COUNT_MASK: u64 = 0xffff;
-const FLIGHT_CLAIMED: u64 = 1 << 16;
-const FLIGHT_TAG_SHIFT: u32 = 17;
+const FLIGHT_CLOSING: u64 = 1 << 16;
+const FLIGHT_CLAIMED: u64 = 1 << 17;
+const FLIGHT_TAG_SHIFT: u32 = 18;
 const FLIGHT_TAG_MASK: u64 = (1 << (64 - FLIGHT_TAG_SHIFT)) - 1;
 
 fn flight_tag(epoch: u64) -> u64 {
@@ -125,8 +128,8 @@ fn flight_tag(epoch: u64) -> u64 {
 }
 
 /// Whether tag `a` is an earlier epoch than tag `b` (modulo the tag range,
-/// within half of it: a clock step of more than 2^46 epochs, centuries,
-/// leaves a slot untracked).
+/// within half of it: a clock step of more than 2^45 epochs, about a century
+/// at the shortest window, leaves a slot untracked).
 fn flight_before(a: u64, b: u64) -> bool {
     let d = b.wrapping_sub(a) & FLIGHT_TAG_MASK;
     d != 0 && d < 1 << (63 - FLIGHT_TAG_SHIFT)
@@ -147,12 +150,20 @@ impl InFlight {
     }
 
     /// A call starting in `epoch` enters its slot; whether it is tracked.
+    /// Not while a window close claims (the slot's closing flag): the
+    /// close's clock reading may be older than this call's, and the call
+    /// would look older than it is. Whether this CAS lands before the close
+    /// marks the slot or after (then it sees the mark) is one order on one
+    /// word; before means the close reads the clock after this call did.
     #[inline]
     pub(crate) fn enter(&self, epoch: u64) -> bool {
         let cell = &self.slots[(epoch % INFLIGHT_SLOTS as u64) as usize];
         let tag = flight_tag(epoch);
         let mut cur = cell.load(Ordering::Relaxed);
         loop {
+            if cur & FLIGHT_CLOSING != 0 {
+                return false;
+            }
             let (t, claimed, n) = (
                 cur >> FLIGHT_TAG_SHIFT,
                 cur & FLIGHT_CLAIMED != 0,
@@ -198,6 +209,21 @@ impl InFlight {
         }
     }
 
+    /// Marks every slot closing, before a window close reads the clock for
+    /// its claim; calls stop entering until [`end_close`](Self::end_close).
+    pub(crate) fn begin_close(&self) {
+        for cell in &self.slots {
+            cell.fetch_or(FLIGHT_CLOSING, Ordering::AcqRel);
+        }
+    }
+
+    /// Clears the closing marks after the claim.
+    pub(crate) fn end_close(&self) {
+        for cell in &self.slots {
+            cell.fetch_and(!FLIGHT_CLOSING, Ordering::AcqRel);
+        }
+    }
+
     /// Claims every epoch before `target`: returns how many calls were
     /// still in flight in them (and those carried by late `enter`s).
     pub(crate) fn claim(&self, target: u64) -> u64 {
@@ -214,7 +240,8 @@ impl InFlight {
                 if cur & FLIGHT_CLAIMED != 0 || !flight_before(t, target) {
                     break;
                 }
-                match cell.compare_exchange_weak(cur, flight_word(t, true, 0), Ordering::AcqRel, Ordering::Acquire) {
+                let claimed = flight_word(t, true, 0) | (cur & FLIGHT_CLOSING);
+                match cell.compare_exchange_weak(cur, claimed, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
                         total += cur & FLIGHT_COUNT_MASK;
                         break;
@@ -583,6 +610,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "millions of records")]
     fn spill_keeps_calls_and_slow_exact_past_u16() {
         let shards = Shards::new(1, 0, false, 1_000);
         let t = shards.threshold_index;
@@ -618,6 +646,20 @@ mod tests {
     }
 
     #[test]
+    fn no_call_enters_while_a_close_claims() {
+        let f = InFlight::new();
+        assert!(f.enter(5));
+        f.begin_close();
+        assert!(!f.enter(5) && !f.enter(6), "closing: not tracked");
+        assert!(f.leave(5), "a call already in leaves as usual");
+        assert!(!f.enter(7));
+        assert_eq!(f.claim(10), 0);
+        f.end_close();
+        assert!(f.enter(11));
+        assert_eq!(f.claim(12), 1);
+    }
+
+    #[test]
     fn a_late_close_never_counts_a_new_call_with_an_old_one() {
         let f = InFlight::new();
         let slots = INFLIGHT_SLOTS as u64;
@@ -640,6 +682,30 @@ mod tests {
         assert!(f.enter(top + 1)); // tag 0, the next epoch
         assert_eq!(f.claim(top + 1), 1);
         assert!(f.leave(top + 1));
+    }
+
+    #[test]
+    fn counters_near_their_maximum_are_counted_across_a_close() {
+        // A local shard's monotonic counters wrap: the drain takes wrapping
+        // differences.
+        let shards = Shards::new(1, 1, false, 1_000);
+        let s = &shards.local[0];
+        let b = key_index(10);
+        for cell in [&s.buckets[b], &s.seen[b], &s.errors, &s.seen[BUCKETS]] {
+            cell.store(u64::MAX - 1, Ordering::Relaxed);
+        }
+        for _ in 0..3 {
+            s.record(b, true);
+        }
+        let mut c = Counts::default();
+        shards.drain(&mut c, |_, _| {});
+        assert_eq!((c.calls, c.errors), (3, 3));
+        // An in-flight slot holds at most 0xffff calls: the next is not
+        // tracked (it is still counted when it returns).
+        let f = InFlight::new();
+        f.slots[0].store(flight_word(0, false, FLIGHT_COUNT_MASK), Ordering::Relaxed);
+        assert!(!f.enter(0));
+        assert_eq!(f.claim(1), FLIGHT_COUNT_MASK);
     }
 
     #[test]

@@ -394,7 +394,7 @@ fn run(shared: &Shared, max_sleep: Duration) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(miri)))]
 mod tests {
     use super::{tick_batch, Schedule, GLOBAL, SLOT_NS};
     use crate::clock::ManualClock;

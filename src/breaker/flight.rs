@@ -5,17 +5,21 @@
 //!
 //! Two rules keep a call from looking older than it is. A call never takes
 //! an epoch before the last close's time (`floor`), so a clock that stepped
-//! back cannot date it earlier. And a call that starts while a close runs
-//! (`closing` is set before the close reads the clock, cleared after its
-//! claim) is not tracked: otherwise a clock that stepped back during the
-//! close could date it before the close and have it claimed at once.
+//! back cannot date it earlier. And a call that arrives while a close claims
+//! is not tracked: the close marks every slot closing, then reads the clock
+//! for its claim, then clears the marks. A call whose CAS on its slot lands
+//! before the mark read the clock before the close did (the mark acquires
+//! the call's CAS), so the claim counts it only if it has run longer than
+//! the threshold; a call after the mark sees it. Otherwise a clock that
+//! stepped back during the close could date a new call before the close and
+//! have it claimed at once (the loom model
+//! `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`).
 //!
-//! Reads `floor` and `closing` (window close writes them) and touches the
-//! shards' in-flight slots.
+//! Reads `floor` (window close writes it) and touches the shards' in-flight
+//! slots.
 
 use super::Inner;
 use crate::shard::INFLIGHT_SLOTS;
-use crate::sync::Ordering;
 
 /// The length of an in-flight epoch: [`INFLIGHT_SLOTS`] slots must cover one
 /// window and one threshold, with four epochs to spare for a late close.
@@ -29,12 +33,6 @@ impl Inner {
     /// call is not tracked (see the shard module).
     #[inline]
     pub(super) fn enter_flight(&self, start_raw: u64) -> u64 {
-        // After the clock read (in `normal_permit`): a close that set the
-        // flag before reading the clock either sees this call's reading as
-        // earlier than its own, or this call sees the flag.
-        if self.closing.load(Ordering::SeqCst) {
-            return 0;
-        }
         let epoch = self.now_floored(start_raw) / self.epoch_ns;
         let index = self.shards.mine_index();
         match self.shards.shared()[index].in_flight() {
@@ -55,25 +53,24 @@ impl Inner {
     }
 
     /// Counts (and claims) the calls still in flight that started in an
-    /// epoch wholly older than `now − threshold`.
-    pub(super) fn claim_in_flight(&self, now: u64) -> u64 {
+    /// epoch wholly older than the threshold, or, if `all` (the first close
+    /// after a transition: they are all from an earlier generation), every
+    /// call in flight. Reads the clock itself, after marking the slots
+    /// closing, and uses that reading alone: the close's own earlier reading
+    /// may be older than the clock a marked-in call read (a step back in
+    /// between), which would date that call before the claim's time.
+    pub(super) fn claim_in_flight(&self, all: bool) -> u64 {
+        let slots = || self.shards.shared().iter().filter_map(|s| s.in_flight());
+        slots().for_each(|s| s.begin_close());
+        let now = self.now_from_raw(self.clock.raw());
         let g = self.epoch_ns;
-        self.claim_before(now.saturating_sub(self.config.threshold_ns) / g)
-    }
-
-    /// Counts (and claims) every call in flight, whatever its age: at the
-    /// first close after a transition, they are all from an earlier
-    /// generation.
-    pub(super) fn claim_all_in_flight(&self, now: u64) -> u64 {
-        self.claim_before((now / self.epoch_ns).saturating_add(1))
-    }
-
-    fn claim_before(&self, target: u64) -> u64 {
-        self.shards
-            .shared()
-            .iter()
-            .filter_map(|s| s.in_flight())
-            .map(|slots| slots.claim(target))
-            .sum()
+        let target = if all {
+            (now / g).saturating_add(1)
+        } else {
+            now.saturating_sub(self.config.threshold_ns) / g
+        };
+        let claimed = slots().map(|s| s.claim(target)).sum();
+        slots().for_each(|s| s.end_close());
+        claimed
     }
 }

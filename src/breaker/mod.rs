@@ -57,7 +57,7 @@ use std::time::Duration;
 /// | `shards`, `leases`, `local_free`, `shadow_rejections` | the hot path (`allow`, verdicts); window close drains the shards |
 /// | `shift` | whoever notices the clock behind what the breaker acted on (window close, an OPEN admission) |
 /// | `deadline`, `opened_at`, `deadline_gen`, `trip_count`, `rng`, `flaps`, `flapping` | whoever makes a transition into OPEN or a re-open (hot path or window close), under `flaps` |
-/// | `tick`, `floor`, `closing` | window close, under `tick` |
+/// | `tick`, `floor` | window close, under `tick` |
 /// | `events` | every transition queues; cold paths deliver |
 pub(crate) struct Inner {
     // ---- set at build ----
@@ -103,9 +103,6 @@ pub(crate) struct Inner {
     /// reads time at least this late, so a clock that stepped back since
     /// cannot date anything before what a close already acted on.
     floor: AtomicU64,
-    /// Set while a window close that tracks calls in flight runs (see
-    /// `flight.rs`).
-    closing: AtomicBool,
 
     // ---- queued by every transition, delivered on cold paths ----
     events: Events,
@@ -210,7 +207,6 @@ impl Breaker {
             deadline_gen: AtomicU64::new(u64::MAX),
             leases,
             floor: AtomicU64::new(0),
-            closing: AtomicBool::new(false),
             trip_count: AtomicU64::new(0),
             shadow_rejections: AtomicU64::new(0),
             rng: AtomicU64::new(seed),

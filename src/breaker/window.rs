@@ -6,14 +6,14 @@
 //! and delivers waiting events.
 //!
 //! Owns `TickState` (under the `tick` lock); touches the state word
-//! (trips, breach counts), the shards (drains them), `floor` and `closing`.
+//! (trips, breach counts), the shards (drains them and claims their
+//! in-flight slots) and `floor`.
 
 use super::Inner;
 use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
 use crate::shard::Counts;
 use crate::sketch::{Histogram, KEY_OFFSET};
 use crate::state::Decision;
-use crate::sync::AtomicBool;
 use crate::sync::Ordering;
 use crate::trip;
 use std::time::Duration;
@@ -38,6 +38,17 @@ pub(super) struct TickState {
 }
 
 impl TickState {
+    /// Adds a closed span to the totals: monotonic counters that stop at
+    /// `u64::MAX` rather than wrap (or panic).
+    fn add_totals(&mut self, calls: u64, slow: u64, counts: &Counts) {
+        let t = &mut self.totals;
+        t.calls = t.calls.saturating_add(calls);
+        t.errors = t.errors.saturating_add(counts.errors);
+        t.slow = t.slow.saturating_add(slow);
+        t.cancelled = t.cancelled.saturating_add(counts.cancelled);
+        t.stale = t.stale.saturating_add(counts.stale);
+    }
+
     fn clear_ring(&mut self) {
         self.ring.iter_mut().for_each(|e| *e = (0, 0));
     }
@@ -75,9 +86,6 @@ impl Inner {
 
     /// The work of a tick, under the tick lock.
     fn tick_locked(&self, ts: &mut TickState) {
-        // With in-flight tracking, calls that start while this close runs
-        // are not tracked (see `flight.rs`): set before the clock is read.
-        let _closing = self.config.track_in_flight.then(|| Closing::start(&self.closing));
         let raw = self.clock.raw();
         let signed = self.signed_now(raw);
         let now = if signed < ts.high as i64 {
@@ -134,9 +142,9 @@ impl Inner {
             if straddles {
                 // Calls still in flight from before the transition are stale:
                 // claimed now, never judged in a later generation's window.
-                counts.stale += self.claim_all_in_flight(now);
+                counts.stale += self.claim_in_flight(true);
             } else {
-                in_flight = self.claim_in_flight(now);
+                in_flight = self.claim_in_flight(false);
             }
         }
         let judged =
@@ -173,11 +181,7 @@ impl Inner {
             closed_at: Duration::from_nanos(closed_at),
             latency,
         };
-        ts.totals.calls += calls;
-        ts.totals.errors += counts.errors;
-        ts.totals.slow += slow;
-        ts.totals.cancelled += counts.cancelled;
-        ts.totals.stale += counts.stale;
+        ts.add_totals(calls, slow, &counts);
         if !judged {
             ts.clear_ring();
             return;
@@ -256,28 +260,49 @@ impl Inner {
     }
 }
 
-/// Keeps the `closing` flag set for as long as it lives (while a window
-/// close that tracks calls in flight runs), clearing it however the close
-/// ends.
-struct Closing<'a>(&'a AtomicBool);
-
-impl<'a> Closing<'a> {
-    fn start(flag: &'a AtomicBool) -> Self {
-        flag.store(true, Ordering::SeqCst);
-        Self(flag)
-    }
-}
-
-impl Drop for Closing<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::TickState;
     use crate::report::{Totals, WindowStats};
+
+    fn state(len: usize) -> TickState {
+        TickState {
+            window_end: 0,
+            window_gen: 0,
+            ring: vec![(0, 0); len].into_boxed_slice(),
+            ring_pos: 0,
+            high: 0,
+            last: WindowStats::default(),
+            totals: Totals::default(),
+        }
+    }
+
+    #[test]
+    fn counters_near_their_maximum_stop_there() {
+        let mut ts = state(2);
+        // A window's calls beyond u32 are kept at u32::MAX in the ring.
+        ts.push(u64::from(u32::MAX) + 5, u64::MAX);
+        ts.push(7, 1);
+        assert_eq!(ts.sum(2), (u64::from(u32::MAX) + 7, u64::from(u32::MAX) + 1));
+        // Totals near u64::MAX saturate across a close.
+        ts.totals = Totals {
+            calls: u64::MAX - 1,
+            errors: u64::MAX,
+            slow: u64::MAX - 3,
+            cancelled: 0,
+            stale: u64::MAX,
+        };
+        let counts = crate::shard::Counts {
+            calls: 10,
+            errors: 2,
+            slow: 2,
+            cancelled: 1,
+            stale: 1,
+        };
+        ts.add_totals(10, 2, &counts);
+        let t = ts.totals;
+        assert_eq!((t.calls, t.errors, t.slow, t.cancelled, t.stale), (u64::MAX, u64::MAX, u64::MAX - 1, 1, u64::MAX));
+    }
 
     #[test]
     fn ring_sum_takes_the_newest_windows_across_the_wrap() {

@@ -1,0 +1,255 @@
+//! Adversarial inputs (issue 10): every configuration field at its smallest
+//! and largest accepted value builds and behaves; one step past either end
+//! is a `ConfigError` naming the field, never a panic. Clocks that step back
+//! ten minutes or forward a year, latencies of `Duration::MAX`, and a queue
+//! at its largest capacity.
+
+use std::time::Duration;
+use tailguard::clock::ManualClock;
+use tailguard::dlq::{DeadLetterQueue, Priority, Pushed, MAX_CAPACITY};
+use tailguard::{Breaker, BreakerBuilder, ConfigErrorKind as K, Jitter, RejectReason, State};
+
+const NS: Duration = Duration::from_nanos(1);
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn manual() -> (ManualClock, BreakerBuilder) {
+    let clock = ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false);
+    (clock, b)
+}
+
+/// A breaker at an extreme setting still does its job: it admits and
+/// measures, closes windows, trips, rejects, probes and closes again, with
+/// the clock moved in steps scaled to its own settings.
+fn behaves(name: &str, clock: &ManualClock, b: &Breaker) {
+    let limits = b.snapshot().limits;
+    let window = limits.window;
+    for _ in 0..3 {
+        if let Ok(p) = b.allow() {
+            p.record_latency(MS, true);
+        }
+    }
+    clock.advance(window * 2);
+    b.tick();
+    assert!(
+        b.snapshot().window.closed_at > Duration::ZERO,
+        "{name}: no window closed"
+    );
+    b.reset();
+    b.trip_now();
+    assert_eq!(b.state(), State::Open, "{name}");
+    let r = b.allow().unwrap_err();
+    assert_eq!(r.reason(), RejectReason::Open, "{name}");
+    let wait = r.retry_after().expect("a deadline");
+    clock.advance(wait);
+    let probe = b
+        .allow()
+        .unwrap_or_else(|e| panic!("{name}: no probe after the backoff: {e}"));
+    assert!(probe.is_probe(), "{name}");
+    probe.record_latency(Duration::ZERO, true);
+    b.tick();
+    b.reset();
+    assert_eq!(b.state(), State::Closed, "{name}");
+}
+
+#[test]
+fn every_field_at_its_smallest_and_largest_accepted_value_builds_and_behaves() {
+    type Set = fn(BreakerBuilder) -> BreakerBuilder;
+    let extremes: Vec<(&str, Set)> = vec![
+        ("latency_threshold 1 ns", |b| b.latency_threshold(NS)),
+        ("latency_threshold 1 h", |b| b.latency_threshold(HOUR).probe_lease(HOUR)),
+        ("quantile 1e-9", |b| b.quantile(1e-9)),
+        ("quantile 1", |b| b.quantile(1.0)),
+        ("trip_windows 1", |b| b.trip_windows(1)),
+        ("trip_windows 255", |b| b.trip_windows(255)),
+        ("window 1 ms", |b| b.window(MS)),
+        ("window 1 h", |b| b.window(HOUR)),
+        ("error_rate 0", |b| b.error_rate(0.0)),
+        ("error_rate 1", |b| b.error_rate(1.0)),
+        ("error_window 1 ns (one window)", |b| b.error_window(NS)),
+        ("error_window 1024 windows", |b| b.error_window(1024 * SEC)),
+        ("min_calls 0", |b| b.min_calls(0)),
+        ("min_calls u64::MAX", |b| b.min_calls(u64::MAX)),
+        ("failure_count 1 in 1 ns", |b| b.failure_count(1, NS)),
+        ("failure_count u32::MAX in 1024 windows", |b| {
+            b.failure_count(u32::MAX, 1024 * SEC)
+        }),
+        ("base_backoff 1 ns", |b| b.base_backoff(NS).max_backoff(NS)),
+        ("max_backoff 1 day", |b| b.base_backoff(DAY).max_backoff(DAY)),
+        ("jitter full", |b| b.jitter(Jitter::Full)),
+        ("jitter bounded 0", |b| b.jitter(Jitter::Bounded(0.0))),
+        ("jitter bounded 1", |b| b.jitter(Jitter::Bounded(1.0))),
+        ("half_open_probes 1", |b| b.half_open_probes(1)),
+        ("half_open_probes 255", |b| b.half_open_probes(255)),
+        ("success_to_close 1", |b| b.success_to_close(1)),
+        ("success_to_close 255", |b| b.success_to_close(255)),
+        ("probe_lease = threshold", |b| b.probe_lease(Duration::from_millis(50))),
+        ("probe_lease 1 day", |b| b.probe_lease(DAY)),
+        ("shards 1", |b| b.shards(1)),
+        ("shards 1024", |b| b.shards(1024)),
+        ("local_handles 0", |b| b.local_handles(0)),
+        ("local_handles 64", |b| b.local_handles(64)),
+        ("flapping 1 in 1 ns", |b| b.flapping(1, NS)),
+        ("flapping 64 in 1 day", |b| b.flapping(64, DAY)),
+        ("track_in_flight", |b| b.track_in_flight(true)),
+    ];
+    for (name, set) in extremes {
+        let (clock, builder) = manual();
+        let b = set(builder).build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        behaves(name, &clock, &b);
+    }
+}
+
+#[test]
+fn one_step_past_either_end_is_an_error_naming_the_field() {
+    type Set = fn(BreakerBuilder) -> BreakerBuilder;
+    let past: Vec<(Set, &str, K)> = vec![
+        (|b| b.latency_threshold(Duration::ZERO), "latency_threshold", K::Zero),
+        (|b| b.latency_threshold(HOUR + NS), "latency_threshold", K::TooLarge),
+        (|b| b.quantile(0.0), "quantile", K::OutOfRange),
+        (|b| b.quantile(4e-10), "quantile", K::OutOfRange),
+        (|b| b.quantile(1.0 + f64::EPSILON), "quantile", K::OutOfRange),
+        (|b| b.quantile(f64::NAN), "quantile", K::NotANumber),
+        (|b| b.trip_windows(0), "trip_windows", K::Zero),
+        (|b| b.trip_windows(256), "trip_windows", K::TooLarge),
+        (|b| b.window(MS - NS), "window", K::OutOfRange),
+        (|b| b.window(HOUR + NS), "window", K::TooLarge),
+        (|b| b.error_rate(-f64::EPSILON), "error_rate", K::OutOfRange),
+        (|b| b.error_rate(1.0 + f64::EPSILON), "error_rate", K::OutOfRange),
+        (|b| b.error_window(Duration::ZERO), "error_window", K::Zero),
+        (|b| b.error_window(1024 * SEC + NS), "error_window", K::TooLarge),
+        (|b| b.failure_count(0, SEC), "failure_count", K::Zero),
+        (|b| b.failure_count(1, Duration::ZERO), "failure_count", K::Zero),
+        (|b| b.failure_count(1, 1024 * SEC + NS), "failure_count", K::TooLarge),
+        (|b| b.base_backoff(Duration::ZERO), "base_backoff", K::Zero),
+        (|b| b.base_backoff(31 * SEC), "base_backoff", K::Inconsistent),
+        (|b| b.max_backoff(DAY + NS), "max_backoff", K::TooLarge),
+        (|b| b.jitter(Jitter::Bounded(-f64::EPSILON)), "jitter", K::OutOfRange),
+        (
+            |b| b.jitter(Jitter::Bounded(1.0 + f64::EPSILON)),
+            "jitter",
+            K::OutOfRange,
+        ),
+        (|b| b.jitter(Jitter::Bounded(f64::NAN)), "jitter", K::NotANumber),
+        (|b| b.half_open_probes(0), "half_open_probes", K::Zero),
+        (|b| b.half_open_probes(256), "half_open_probes", K::TooLarge),
+        (|b| b.success_to_close(0), "success_to_close", K::Zero),
+        (|b| b.success_to_close(256), "success_to_close", K::TooLarge),
+        (
+            |b| b.probe_lease(Duration::from_millis(50) - NS),
+            "probe_lease",
+            K::Inconsistent,
+        ),
+        (|b| b.probe_lease(DAY + NS), "probe_lease", K::TooLarge),
+        (|b| b.shards(0), "shards", K::Zero),
+        (|b| b.shards(1025), "shards", K::TooLarge),
+        (|b| b.local_handles(65), "local_handles", K::TooLarge),
+        (|b| b.flapping(0, SEC), "flapping", K::Zero),
+        (|b| b.flapping(65, SEC), "flapping", K::TooLarge),
+        (|b| b.flapping(1, DAY + NS), "flapping", K::TooLarge),
+    ];
+    for (set, field, kind) in past {
+        let err = set(Breaker::builder().ticker(false)).build().unwrap_err();
+        assert_eq!((err.field(), err.kind()), (field, kind), "{err}");
+        assert!(err.to_string().contains(field), "{err}");
+    }
+    assert_eq!(DeadLetterQueue::<u8>::with_capacity(0).unwrap_err().kind(), K::Zero);
+    assert_eq!(
+        DeadLetterQueue::<u8>::with_capacity(MAX_CAPACITY + 1)
+            .unwrap_err()
+            .kind(),
+        K::TooLarge
+    );
+}
+
+#[test]
+fn a_queue_at_its_largest_capacity_fills_and_empties() {
+    let q = DeadLetterQueue::with_capacity(MAX_CAPACITY).unwrap();
+    for i in 0..MAX_CAPACITY as u32 {
+        assert!(matches!(q.push(i, Priority::Routine), Ok(Pushed::Queued)));
+    }
+    assert_eq!(q.len(), MAX_CAPACITY);
+    assert!(q.push(0, Priority::Routine).is_err());
+    assert!(
+        q.push(0, Priority::Critical).is_ok(),
+        "a Critical item displaces a Routine one"
+    );
+    assert_eq!(q.fallback_depth().critical, 1);
+    assert_eq!(q.pop(), Some((0, Priority::Critical)));
+    assert_eq!(q.pop(), Some((1, Priority::Routine)), "item 0 gave way");
+}
+
+/// The clock steps back ten minutes, then forward a year: nothing panics,
+/// OPEN never lasts past its backoff plus one tick, windows keep closing and
+/// judging, and a recovered consumer closes.
+#[test]
+fn a_clock_stepping_back_ten_minutes_and_forward_a_year_is_survived() {
+    let (clock, builder) = manual();
+    let b = builder.trip_windows(1).build().unwrap();
+    let slow_window = |b: &Breaker| {
+        for i in 0..100 {
+            if let Ok(p) = b.allow() {
+                p.record_latency(if i % 10 == 0 { 900 * MS } else { MS }, true);
+            }
+        }
+    };
+    clock.advance(3600 * SEC);
+    b.tick();
+    slow_window(&b);
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.state(), State::Open);
+    // Back ten minutes: the backoff (1 s) still ends one tick later at most.
+    clock.rewind(600 * SEC);
+    b.tick();
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(
+        b.state(),
+        State::HalfOpen,
+        "OPEN outlived its backoff after a step back"
+    );
+    for _ in 0..5 {
+        b.allow().unwrap().record_latency(MS, true);
+    }
+    assert_eq!(b.state(), State::Closed);
+    // Forward a year: a long gap of windows, nothing judged twice, and the
+    // windows after it are judged as usual.
+    clock.advance(365 * 86_400 * SEC);
+    b.tick();
+    let gap = b.snapshot().window;
+    assert!(gap.windows > 1_000_000, "{gap:?}");
+    clock.advance(SEC);
+    b.tick();
+    slow_window(&b);
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.state(), State::Open, "windows after the jump are judged");
+    assert_eq!(
+        b.snapshot().next_probe_in,
+        Some(SEC),
+        "the clean close reset the backoff"
+    );
+}
+
+/// `record_latency(Duration::MAX)`: a slow call, counted once, no overflow;
+/// and a probe recorded that way re-opens as slow.
+#[test]
+fn a_latency_of_duration_max_is_a_slow_call() {
+    let (clock, builder) = manual();
+    let b = builder.trip_windows(1).min_calls(1).build().unwrap();
+    b.allow().unwrap().record_latency(Duration::MAX, true);
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.slow), (1, 1));
+    assert_eq!(b.state(), State::Open);
+    clock.advance(SEC);
+    b.allow().unwrap().record_latency(Duration::MAX, true);
+    assert_eq!(b.state(), State::Open, "a probe of Duration::MAX is slow");
+    let q = w.latency.expect("quantiles of one call");
+    assert!(q.p999 >= Duration::from_secs(60), "{q:?}");
+}
