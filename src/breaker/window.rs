@@ -301,7 +301,10 @@ mod tests {
         };
         ts.add_totals(10, 2, &counts);
         let t = ts.totals;
-        assert_eq!((t.calls, t.errors, t.slow, t.cancelled, t.stale), (u64::MAX, u64::MAX, u64::MAX - 1, 1, u64::MAX));
+        assert_eq!(
+            (t.calls, t.errors, t.slow, t.cancelled, t.stale),
+            (u64::MAX, u64::MAX, u64::MAX - 1, 1, u64::MAX)
+        );
     }
 
     #[test]
