@@ -214,6 +214,10 @@ fn config_rejects_each_bad_field_by_name() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "minutes under Miri; no unsafe or atomic protocol beyond the other tests"
+)]
 fn extreme_but_valid_values_never_panic() {
     let clock = ManualClock::new();
     let b = builder(&clock)
@@ -499,6 +503,7 @@ fn backoff_doubles_per_reopen_caps_and_resets_on_clean_close() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "ten thousand trips; minutes under Miri")]
 fn sub_second_base_is_honoured_and_ten_thousand_trips_do_not_overflow() {
     let clock = ManualClock::new();
     let base = Duration::from_micros(100);
@@ -525,6 +530,7 @@ fn sub_second_base_is_honoured_and_ten_thousand_trips_do_not_overflow() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "thousands of trips; minutes under Miri")]
 fn full_jitter_stays_within_zero_and_the_backoff() {
     let clock = ManualClock::new();
     let mut seen = std::collections::HashSet::new();
@@ -813,6 +819,10 @@ fn listener_may_call_back_into_the_breaker_without_deadlock() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "thousands of racing overrides; loom and ThreadSanitizer cover the race"
+)]
 fn events_from_racing_threads_arrive_in_generation_order() {
     let clock = ManualClock::new();
     let (seen, listener) = recorder();
@@ -883,6 +893,7 @@ fn a_backward_clock_step_never_panics_nor_prolongs_open_past_one_tick() {
 /// The write-up's scenario: a consumer at 8 ms P99 spikes to 900 ms at t=0
 /// and recovers at t=30 s; 200 calls a second.
 #[test]
+#[cfg_attr(miri, ignore = "tens of thousands of calls; minutes under Miri")]
 fn reference_scenario_trips_in_three_windows_and_recovers_without_flapping() {
     let clock = ManualClock::new();
     let (seen, listener) = recorder();
@@ -1035,6 +1046,7 @@ fn local_handles_count_into_the_same_windows() {
 // ------------------------------------------------------------ real races
 
 #[test]
+#[cfg_attr(miri, ignore = "hundreds of thread races; loom covers the race")]
 fn racing_threads_at_open_expiry_never_exceed_the_probe_limit() {
     for probes in [1u32, 2, 3] {
         for _ in 0..200 {
@@ -1069,6 +1081,10 @@ fn racing_threads_at_open_expiry_never_exceed_the_probe_limit() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "threads racing for thousands of operations; loom and ThreadSanitizer cover the race"
+)]
 fn counters_are_conserved_across_concurrent_ticks() {
     let clock = ManualClock::new();
     let b = builder(&clock).build().unwrap();
