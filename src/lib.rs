@@ -12,6 +12,7 @@ mod trip;
 // The machinery.
 mod breaker;
 mod builder;
+mod bulkhead;
 pub mod clock;
 pub mod dlq;
 mod events;
@@ -29,13 +30,14 @@ mod registry;
 
 pub use breaker::{Breaker, LocalHandle, LocalPermit, Permit};
 pub use builder::BreakerBuilder;
+pub use bulkhead::{Bulkhead, BulkheadFull, BulkheadPermit, OwnedBulkheadPermit};
 pub use config::{CancelPolicy, Jitter};
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(not(tailguard_loom))]
 pub use registry::{ConsumerSnapshot, Registry};
 pub use report::{
-    LatencyQuantiles, Limits, Mode, NoLocalShard, Reason, RejectReason, Rejected, Snapshot, State, Totals, Transition,
-    WindowStats,
+    LatencyQuantiles, Limits, Mode, NoLocalShard, Reason, RejectReason, Rejected, Rejections, Snapshot, State, Totals,
+    Transition, WindowStats,
 };
 pub use sketch::QUANTILE_RELATIVE_ERROR;
 #[cfg(not(tailguard_loom))]

@@ -18,6 +18,7 @@
 //! | `breaker_calls_total`, `breaker_errors_total`, `breaker_slow_calls_total`, `breaker_cancelled_total` | counter | over every closed window |
 //! | `breaker_stale_calls_total` | counter | verdicts of permits admitted before a transition: counted apart, never judged |
 //! | `breaker_shadow_rejections_total` | counter | calls a `metrics_only` breaker admitted that it would have rejected |
+//! | `breaker_rejected_total{reason}` | counter | calls the breaker rejected: `open` (backoff running), `probes_busy` (half-open, every probe slot taken), `forced` (forced open); counted per thread shard, so the OPEN path writes no shared line |
 //! | `breaker_events_lost_total` | counter | transition events the listener never got (its queue of 64 was full) |
 //! | `breaker_listener_panics_total` | counter | panics of the transition listener, caught |
 //! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary |
@@ -339,6 +340,21 @@ impl Collector for BreakerCollector {
             &rows,
             |r| counter(r.snapshot.shadow_rejections),
         )?;
+        if !rows.is_empty() {
+            let mut metric = e.encode_descriptor(
+                "breaker_rejected",
+                "Calls the breaker rejected, by reason.",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for r in &rows {
+                let j = r.snapshot.rejections;
+                for (reason, value) in [("open", j.open), ("probes_busy", j.probes_busy), ("forced", j.forced)] {
+                    let labels = [("consumer", &*r.name), ("reason", reason)];
+                    ConstCounter::new(value).encode(metric.encode_family(&labels)?)?;
+                }
+            }
+        }
         if !rows.is_empty() {
             let mut metric = e.encode_descriptor(
                 "breaker_latency_seconds",

@@ -354,6 +354,8 @@ pub struct Snapshot {
     pub window: WindowStats,
     /// Calls a metrics-only breaker admitted that it would have rejected.
     pub shadow_rejections: u64,
+    /// Calls rejected so far, by reason.
+    pub rejections: Rejections,
     /// Transition events the listener never got: its queue of 64 was full
     /// (see [`BreakerBuilder::on_transition`](crate::BreakerBuilder::on_transition)).
     pub events_lost: u64,
@@ -406,6 +408,28 @@ pub struct Limits {
     pub error_window: Duration,
     /// Failures within a span that trip ([`BreakerBuilder::failure_count`](crate::BreakerBuilder::failure_count)).
     pub failure_count: Option<(u64, Duration)>,
+}
+
+/// Calls [`Breaker::allow`](crate::Breaker::allow) rejected so far, by
+/// reason (Prometheus: `breaker_rejected_total{reason}`). Each rejection is
+/// counted on its thread's counter shard, so the OPEN path writes no line
+/// other threads write.
+///
+/// ```
+/// let b = tailguard::Breaker::builder().build().unwrap();
+/// b.force_open();
+/// let _ = b.allow();
+/// assert_eq!(b.snapshot().rejections.forced, 1);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rejections {
+    /// OPEN, backoff running.
+    pub open: u64,
+    /// HALF_OPEN, every probe slot taken.
+    pub probes_busy: u64,
+    /// Forced open.
+    pub forced: u64,
 }
 
 /// Cumulative counts over every closed window (Prometheus counters).

@@ -63,7 +63,7 @@ const _: () = assert!(WORDS < 64, "the touched mask has one bit per word, and on
 const LANE_MASK: u64 = 0xffff;
 const SPILL_AT: u64 = 1 << 15;
 /// Carry counters per shard.
-pub(crate) const CARRIES: usize = 20;
+pub(crate) const CARRIES: usize = 17;
 const TAG_SHIFT: u32 = 56;
 const COUNT_MASK: u64 = (1 << TAG_SHIFT) - 1;
 
@@ -92,6 +92,10 @@ pub(crate) struct Shard {
     cancelled: AtomicU64,
     /// Verdicts of permits from an earlier generation.
     stale: AtomicU64,
+    /// Rejections by reason (open, probes busy, forced): monotonic, read
+    /// by summing the shards (never drained), so that a rejection counts on
+    /// its thread's shard, not on a line every thread writes.
+    rejected: [AtomicU64; 3],
     spill_calls: AtomicU64,
     spill_slow: AtomicU64,
     in_flight: Option<Box<InFlight>>,
@@ -263,6 +267,7 @@ impl Shard {
             errors: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             stale: AtomicU64::new(0),
+            rejected: core::array::from_fn(|_| AtomicU64::new(0)),
             spill_calls: AtomicU64::new(0),
             spill_slow: AtomicU64::new(0),
             in_flight: track_in_flight.then(|| Box::new(InFlight::new())),
@@ -341,6 +346,12 @@ impl Shard {
         self.stale.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one rejection.
+    #[inline]
+    pub(crate) fn rejected(&self, reason: crate::report::RejectReason) {
+        self.rejected[reject_index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The in-flight slots, if tracking is on.
     #[inline]
     pub(crate) fn in_flight(&self) -> Option<&InFlight> {
@@ -355,9 +366,21 @@ pub(crate) struct LocalShard {
     errors: AtomicU64,
     cancelled: AtomicU64,
     stale: AtomicU64,
+    /// Rejections by reason (as [`Shard::rejected`]'s), never drained.
+    rejected: [AtomicU64; 3],
     /// Readings at the last drain (buckets, then errors, cancelled and
     /// stale); only window close touches these.
     seen: Box<[AtomicU64]>,
+}
+
+/// The index of `reason` in the shards' `rejected` counters.
+#[inline(always)]
+fn reject_index(reason: crate::report::RejectReason) -> usize {
+    match reason {
+        crate::report::RejectReason::Open => 0,
+        crate::report::RejectReason::ProbesBusy => 1,
+        crate::report::RejectReason::ForcedOpen => 2,
+    }
 }
 
 #[inline(always)]
@@ -379,6 +402,7 @@ impl LocalShard {
             errors: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             stale: AtomicU64::new(0),
+            rejected: core::array::from_fn(|_| AtomicU64::new(0)),
             seen: (0..BUCKETS + 3).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -399,6 +423,12 @@ impl LocalShard {
     #[cold]
     pub(crate) fn stale(&self) {
         bump(&self.stale);
+    }
+
+    /// Counts one rejection. Only the shard's owner may call this.
+    #[inline]
+    pub(crate) fn rejected(&self, reason: crate::report::RejectReason) {
+        bump(&self.rejected[reject_index(reason)]);
     }
 }
 
@@ -547,6 +577,20 @@ impl Shards {
         for s in self.shared.iter() {
             into.calls += take(&s.spill_calls);
             into.slow += take(&s.spill_slow);
+        }
+    }
+
+    /// Rejections so far, summed over the shards.
+    pub(crate) fn rejections(&self) -> crate::report::Rejections {
+        let sum = |i: usize| -> u64 {
+            let shared = self.shared.iter().map(|s| s.rejected[i].load(Ordering::Relaxed));
+            let local = self.local.iter().map(|s| s.rejected[i].load(Ordering::Relaxed));
+            shared.chain(local).fold(0, u64::wrapping_add)
+        };
+        crate::report::Rejections {
+            open: sum(0),
+            probes_busy: sum(1),
+            forced: sum(2),
         }
     }
 

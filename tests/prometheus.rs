@@ -89,6 +89,10 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, Sample> {
             Kind::Counter,
             s.shadow_rejections as f64,
         );
+        let j = s.rejections;
+        for (reason, v) in [("open", j.open), ("probes_busy", j.probes_busy), ("forced", j.forced)] {
+            put("breaker_rejected_total", &[("reason", reason)], Kind::Counter, v as f64);
+        }
         let q = s.window.latency;
         for (label, pick) in [
             ("0.5", (|q| q.p50) as fn(&LatencyQuantiles) -> Duration),
@@ -237,6 +241,7 @@ fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
         .unwrap();
     let before_reset = compliance.allow().unwrap();
     compliance.force_open();
+    assert!(compliance.allow().is_err(), "forced open: rejected");
     compliance.reset();
     before_reset.record_latency(MS, true); // admitted two transitions ago: stale
     for i in 0..50u32 {
@@ -268,6 +273,9 @@ fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
     }
     ledger_clock.advance(40 * MS);
     assert_eq!(ledger.snapshot().events_lost, 16);
+    for _ in 0..3 {
+        assert!(ledger.allow().is_err(), "OPEN: rejected");
+    }
 
     // search: idle, metrics-only, no window closed with calls.
     let search_clock = ManualClock::new();
@@ -333,10 +341,16 @@ fn every_series_matches_the_snapshots() {
     for k in got.keys() {
         assert!(want.contains_key(k), "unexpected series {k:?} in\n{text}");
     }
-    // 4 consumers × (17 series + 4 quantiles + 7 limits), + 2 + 5 × 3 for
+    let rejected =
+        |consumer, reason| got[&key("breaker_rejected_total", &[("consumer", consumer), ("reason", reason)])].1;
+    assert_eq!(
+        (rejected("ledger", "open"), rejected("compliance", "forced")),
+        (3.0, 1.0)
+    );
+    // 4 consumers × (20 series + 4 quantiles + 7 limits), + 2 + 5 × 3 for
     // the queue. Ledger and search closed no window with calls: NaN.
     assert_eq!(by_name("ledger").snapshot.window.latency, None);
-    assert_eq!(got.len(), 4 * (17 + 4 + 7) + 2 + 5 * 3);
+    assert_eq!(got.len(), 4 * (20 + 4 + 7) + 2 + 5 * 3);
     let nan = key(
         "breaker_latency_seconds",
         &[("consumer", "search"), ("quantile", "0.99")],
@@ -368,6 +382,7 @@ fn names_and_types_are_exactly_the_documented_ones() {
         ("breaker_events_lost_total", "counter"),
         ("breaker_listener_panics_total", "counter"),
         ("breaker_shadow_rejections_total", "counter"),
+        ("breaker_rejected_total", "counter"),
         ("breaker_latency_seconds", "gauge"),
         ("breaker_window_seconds", "gauge"),
         ("breaker_latency_threshold_seconds", "gauge"),

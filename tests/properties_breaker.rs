@@ -328,6 +328,8 @@ proptest! {
                 (m.trip_count, m.shadow_rejections, m.flapping),
                 "step {}: {:?}", step, op
             );
+            let j = snap.rejections;
+            prop_assert_eq!([j.open, j.probes_busy, j.forced], m.rejected, "step {}: rejections", step);
             let open = m.open_times(r);
             prop_assert_eq!((snap.next_probe_in, snap.open_for), (open.map(|o| o.0), open.map(|o| o.1)), "step {}", step);
             prop_assert_eq!(snap.uptime, Duration::from_nanos(m.now(r)), "step {}", step);

@@ -35,19 +35,20 @@ impl Lease {
 }
 
 impl Inner {
-    /// `allow` for both handle kinds.
+    /// `allow` for both handle kinds, at the clock reading `raw`. The caller
+    /// counts a rejection, on its own shard.
     #[inline(always)]
-    pub(super) fn admit(&self) -> Result<Core<'_>, Rejected> {
+    pub(super) fn admit(&self, raw: u64) -> Result<Core<'_>, Rejected> {
         let word = self.state.load();
         if word.0 & FAST_PATH_MASK == 0 {
-            return Ok(self.normal_permit(word));
+            return Ok(self.normal_permit(word, raw));
         }
         if word.0 & FAST_PATH_MASK == OPEN_NORMAL {
-            if let Some(rejected) = self.reject_open_fast(word) {
+            if let Some(rejected) = self.reject_open_fast(word, raw) {
                 return Err(rejected);
             }
         }
-        self.admit_slow(word)
+        self.admit_slow(word, raw)
     }
 
     /// OPEN, no override, backoff running and the clock sane: the rejection
@@ -55,7 +56,7 @@ impl Inner {
     /// published, the backoff over, a clock that stepped back) takes the
     /// slow path.
     #[inline(always)]
-    pub(super) fn reject_open_fast(&self, word: Word) -> Option<Rejected> {
+    pub(super) fn reject_open_fast(&self, word: Word, raw: u64) -> Option<Rejected> {
         if self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation()) {
             return None;
         }
@@ -63,16 +64,15 @@ impl Inner {
         // A clock behind the breaker's start (negative) reads as far in the
         // future here, and takes the slow path; so does one more than the
         // longest backoff before the deadline (it stepped back).
-        let signed = self.signed_now(self.clock.raw()) as u64;
+        let signed = self.signed_now(raw) as u64;
         let earliest = deadline.saturating_sub(self.config.max_ns);
         let now = signed.max(self.floor.load(Ordering::Relaxed));
         (signed >= earliest && now < deadline).then(|| Rejected::new(RejectReason::Open, deadline - now))
     }
 
-    /// An ordinary permit, admitted under `word`.
+    /// An ordinary permit, admitted under `word` at the reading `start`.
     #[inline(always)]
-    pub(super) fn normal_permit(&self, word: Word) -> Core<'_> {
-        let start = self.clock.raw();
+    pub(super) fn normal_permit(&self, word: Word, start: u64) -> Core<'_> {
         let aux = if self.config.track_in_flight {
             self.enter_flight(start)
         } else {
@@ -88,7 +88,7 @@ impl Inner {
 
     #[cold]
     #[inline(never)]
-    pub(super) fn admit_slow(&self, mut word: Word) -> Result<Core<'_>, Rejected> {
+    pub(super) fn admit_slow(&self, mut word: Word, raw: u64) -> Result<Core<'_>, Rejected> {
         loop {
             match word.mode() {
                 Mode::Disabled => {
@@ -100,13 +100,13 @@ impl Inner {
                     })
                 }
                 Mode::ForcedOpen => return Err(Rejected::new(RejectReason::ForcedOpen, u64::MAX)),
-                Mode::ForcedClosed => return Ok(self.normal_permit(word)),
+                Mode::ForcedClosed => return Ok(self.normal_permit(word, raw)),
                 Mode::Normal | Mode::MetricsOnly => {}
             }
             let verdict = match word.state() {
-                State::Closed => return Ok(self.normal_permit(word)),
-                State::Open => self.admit_open(word),
-                State::HalfOpen => self.admit_half_open(word),
+                State::Closed => return Ok(self.normal_permit(word, raw)),
+                State::Open => self.admit_open(word, raw),
+                State::HalfOpen => self.admit_half_open(word, raw),
             };
             match verdict {
                 Admit::Probe(core) => return Ok(core),
@@ -114,7 +114,7 @@ impl Inner {
                 Admit::Reject(rejected) => {
                     if word.mode() == Mode::MetricsOnly {
                         self.shadow_rejections.fetch_add(1, Ordering::Relaxed);
-                        return Ok(self.normal_permit(word));
+                        return Ok(self.normal_permit(word, raw));
                     }
                     return Err(rejected);
                 }
@@ -124,7 +124,7 @@ impl Inner {
 
     /// OPEN: reject until the deadline; the first caller past it moves the
     /// breaker to HALF_OPEN and is its first probe.
-    pub(super) fn admit_open(&self, word: Word) -> Admit<'_> {
+    pub(super) fn admit_open(&self, word: Word, raw: u64) -> Admit<'_> {
         let gen = u64::from(word.generation());
         if self.deadline_gen.load(Ordering::Acquire) != gen {
             // Either this OPEN's deadline is being published right now, or
@@ -137,7 +137,6 @@ impl Inner {
             return Admit::Reject(Rejected::new(RejectReason::Open, d));
         }
         let deadline = self.deadline.load(Ordering::Acquire);
-        let raw = self.clock.raw();
         let signed = self.signed_now(raw);
         // A correct clock is never more than the longest backoff before the
         // deadline; further back, it stepped back: resume from the trip.
@@ -169,9 +168,8 @@ impl Inner {
     /// otherwise take a probe slot if one is free (atomically: a caller that
     /// loses the race for the last slot is rejected, never admitted without
     /// one).
-    pub(super) fn admit_half_open(&self, word: Word) -> Admit<'_> {
+    pub(super) fn admit_half_open(&self, word: Word, raw: u64) -> Admit<'_> {
         let limit = self.config.probes;
-        let raw = self.clock.raw();
         let now = self.now_floored(raw);
         if self.lease_expired(word, now) {
             return Admit::Retry(self.state.load());

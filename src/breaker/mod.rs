@@ -238,9 +238,48 @@ impl Breaker {
     ///     Err(rejected) => panic!("closed breaker rejected: {rejected}"),
     /// };
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn allow(&self) -> Result<Permit<'_>, Rejected> {
-        self.inner.admit().map(|core| Permit { core })
+        self.allow_at(self.inner.clock.raw())
+    }
+
+    /// As [`allow`](Self::allow), at a reading of this breaker's clock the
+    /// caller already took ([`clock`](Self::clock)`().raw()`): the breaker
+    /// reads no clock of its own. For a caller that reads the clock once per
+    /// call for its own timeout and latency too (the emitters do), and then
+    /// records with [`Permit::record_latency`]. The permit's start is the
+    /// reading given: [`Permit::record`] measures from it.
+    ///
+    /// A reading much older than now (or of another clock) misjudges when an
+    /// OPEN breaker's backoff ends; it never breaks the breaker.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// let start = b.clock().raw();
+    /// let permit = b.allow_at(start).unwrap();
+    /// // ... the call, timed by the caller from the same reading ...
+    /// let end = b.clock().raw();
+    /// permit.record_latency(Duration::from_nanos(b.clock().delta_nanos(start, end)), true);
+    /// ```
+    #[inline(always)]
+    pub fn allow_at(&self, reading: u64) -> Result<Permit<'_>, Rejected> {
+        match self.inner.admit(reading) {
+            Ok(core) => Ok(Permit { core }),
+            Err(rejected) => Err(self.inner.count_rejection(rejected)),
+        }
+    }
+
+    /// The clock this breaker reads (see [`allow_at`](Self::allow_at)).
+    ///
+    /// ```
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// clock.advance(std::time::Duration::from_millis(5));
+    /// assert_eq!(b.clock().now_nanos(), 5_000_000);
+    /// ```
+    pub fn clock(&self) -> &ClockSource {
+        &self.inner.clock
     }
 
     /// Closes every window that is due at the clock's now, moves an OPEN
@@ -452,6 +491,13 @@ impl Breaker {
 }
 
 impl Inner {
+    /// Counts a rejection on the calling thread's shard.
+    #[inline(always)]
+    fn count_rejection(&self, rejected: Rejected) -> Rejected {
+        self.shards.mine().rejected(rejected.reason());
+        rejected
+    }
+
     fn snapshot(&self) -> Snapshot {
         let (last, totals) = {
             let ts = self.tick.lock();
@@ -485,6 +531,7 @@ impl Inner {
             open_for,
             window: last,
             shadow_rejections: self.shadow_rejections.load(Ordering::Relaxed),
+            rejections: self.shards.rejections(),
             events_lost: self.events.lost(),
             listener_panics: self.events.panics(),
             uptime: Duration::from_nanos(now),

@@ -184,6 +184,21 @@ impl Core<'_> {
         self.inner.probe_verdict(self.aux, self.tag.lease(), outcome);
     }
 
+    /// The call was never made: give a probe slot back, leave the in-flight
+    /// set, count nothing.
+    #[cold]
+    fn abandon(&self) {
+        match self.tag.kind() {
+            Tag::NORMAL => {
+                let _ = self.leave_flight();
+            }
+            Tag::PROBE => self
+                .inner
+                .probe_verdict(self.aux, self.tag.lease(), ProbeOutcome::Cancelled),
+            _ => {}
+        }
+    }
+
     #[cold]
     fn cancel(&self, sink: Sink<'_>) {
         if self.tag == Tag::DISABLED {
@@ -269,6 +284,26 @@ impl Permit<'_> {
     pub fn is_probe(&self) -> bool {
         self.core.tag.kind() == Tag::PROBE
     }
+
+    /// The call was never made (say a bulkhead behind the breaker refused
+    /// it): a probe gives its slot back, and nothing is counted, neither a
+    /// call nor a cancellation.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// b.trip_now();
+    /// clock.advance(Duration::from_secs(1));
+    /// b.allow().unwrap().abandon(); // the probe's slot is free again
+    /// assert!(b.allow().unwrap().is_probe());
+    /// clock.advance(Duration::from_secs(1));
+    /// b.tick();
+    /// assert_eq!(b.snapshot().window.cancelled, 1, "only the dropped probe");
+    /// ```
+    pub fn abandon(self) {
+        ManuallyDrop::new(self).core.abandon();
+    }
 }
 
 impl Drop for Permit<'_> {
@@ -345,7 +380,25 @@ impl LocalHandle {
     /// ```
     #[inline]
     pub fn allow(&self) -> Result<LocalPermit<'_>, Rejected> {
-        self.inner.admit().map(|core| LocalPermit { core, handle: self })
+        self.allow_at(self.inner.clock.raw())
+    }
+
+    /// As [`Breaker::allow_at`], recording into this handle's shard.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// let h = b.local_handle().unwrap();
+    /// assert!(h.allow_at(b.clock().raw()).is_ok());
+    /// ```
+    #[inline]
+    pub fn allow_at(&self, reading: u64) -> Result<LocalPermit<'_>, Rejected> {
+        match self.inner.admit(reading) {
+            Ok(core) => Ok(LocalPermit { core, handle: self }),
+            Err(rejected) => {
+                self.shard().rejected(rejected.reason());
+                Err(rejected)
+            }
+        }
     }
 
     /// The breaker this handle records for.
@@ -431,6 +484,16 @@ impl LocalPermit<'_> {
     /// ```
     pub fn is_probe(&self) -> bool {
         self.core.tag.kind() == Tag::PROBE
+    }
+
+    /// As [`Permit::abandon`].
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// b.local_handle().unwrap().allow().unwrap().abandon();
+    /// ```
+    pub fn abandon(self) {
+        ManuallyDrop::new(self).core.abandon();
     }
 }
 

@@ -98,6 +98,8 @@ pub struct Breaker {
     leases: Vec<Option<(u64, u64)>>,
     pub trip_count: u64,
     pub shadow_rejections: u64,
+    /// Rejections by reason: open, probes busy, forced.
+    pub rejected: [u64; 3],
     flaps: Vec<Option<u64>>,
     flap_pos: usize,
     pub flapping: bool,
@@ -134,6 +136,7 @@ impl Breaker {
             leases: vec![None; c.probes as usize],
             trip_count: 0,
             shadow_rejections: 0,
+            rejected: [0; 3],
             flaps: vec![None; c.flap_cycles + 1],
             flap_pos: 0,
             flapping: false,
@@ -230,7 +233,10 @@ impl Breaker {
             };
             match self.mode {
                 Mode::Disabled => return Ok(Permit::Disabled),
-                Mode::ForcedOpen => return Err((RejectReason::ForcedOpen, None)),
+                Mode::ForcedOpen => {
+                    self.rejected[2] += 1;
+                    return Err((RejectReason::ForcedOpen, None));
+                }
                 Mode::ForcedClosed => return Ok(normal),
                 Mode::Normal | Mode::MetricsOnly => {}
             }
@@ -247,6 +253,7 @@ impl Breaker {
                         self.shadow_rejections += 1;
                         return Ok(normal);
                     }
+                    self.rejected[usize::from(r.0 == RejectReason::ProbesBusy)] += 1;
                     return Err(r);
                 }
             }
