@@ -58,6 +58,8 @@ enum Kind {
     Coarse(CoarseClock),
     Manual(ManualClock),
     Custom(Arc<dyn Clock>),
+    #[cfg(feature = "tokio")]
+    Tokio(tokio::time::Instant),
 }
 
 impl ClockSource {
@@ -117,6 +119,8 @@ impl ClockSource {
             Kind::Coarse(c) => c.now_nanos(),
             Kind::Manual(c) => c.now_nanos(),
             Kind::Custom(c) => c.now_nanos(),
+            #[cfg(feature = "tokio")]
+            Kind::Tokio(origin) => tokio_nanos(*origin, tokio::time::Instant::now()),
         }
     }
 
@@ -168,6 +172,59 @@ impl ClockSource {
         }
     }
 
+    /// tokio's clock ([`tokio::time::Instant`]): under a paused runtime
+    /// (`#[tokio::test(start_paused = true)]`, `tokio::time::pause`) the
+    /// breaker's windows, backoffs and leases move with `tokio::time::advance`
+    /// and auto-advance, together with tokio's timers. Feature `tokio`.
+    ///
+    /// A reading costs what `tokio::time::Instant::now()` costs (a system
+    /// clock read, or a runtime lookup when the `test-util` clock is on).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// let clock = tailguard::clock::ClockSource::tokio();
+    /// let before = clock.now_nanos();
+    /// tokio::time::advance(Duration::from_secs(3)).await;
+    /// assert_eq!(clock.now_nanos() - before, 3_000_000_000);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn tokio() -> Self {
+        Self {
+            kind: Kind::Tokio(tokio::time::Instant::now()),
+        }
+    }
+
+    /// The [`raw`](Self::raw) reading this clock would have given at the
+    /// tokio instant `at`, if it is [`tokio`](Self::tokio)'s clock; `None`
+    /// for any other clock. Lets a caller that already read tokio's clock
+    /// (for a timer) hand the breaker the same reading
+    /// ([`Breaker::allow_at`](crate::Breaker::allow_at)) instead of
+    /// reading twice.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use tailguard::clock::ClockSource;
+    /// let clock = ClockSource::tokio();
+    /// let now = tokio::time::Instant::now();
+    /// assert_eq!(clock.reading_at(now), Some(clock.raw()));
+    /// assert_eq!(ClockSource::precise().reading_at(now), None);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    #[inline]
+    pub fn reading_at(&self, at: tokio::time::Instant) -> Option<u64> {
+        match &self.kind {
+            Kind::Tokio(origin) => Some(tokio_nanos(*origin, at)),
+            _ => None,
+        }
+    }
+
     /// Whether a read costs a precise clock access (as opposed to one load).
     pub fn is_precise(&self) -> bool {
         matches!(self.kind, Kind::Precise(_))
@@ -188,6 +245,8 @@ impl fmt::Debug for ClockSource {
             Kind::Coarse(_) => "coarse",
             Kind::Manual(_) => "manual",
             Kind::Custom(_) => "custom",
+            #[cfg(feature = "tokio")]
+            Kind::Tokio(_) => "tokio",
         };
         f.debug_tuple("ClockSource").field(&name).finish()
     }
@@ -214,6 +273,14 @@ impl From<Arc<dyn Clock>> for ClockSource {
     fn from(clock: Arc<dyn Clock>) -> Self {
         Self::custom(clock)
     }
+}
+
+/// Nanoseconds from `origin` to `at`; zero before `origin`, saturating
+/// after 584 years.
+#[cfg(feature = "tokio")]
+#[inline(always)]
+fn tokio_nanos(origin: tokio::time::Instant, at: tokio::time::Instant) -> u64 {
+    duration_nanos_saturating(at.saturating_duration_since(origin))
 }
 
 /// quanta calibrates its clock on creation (up to a few hundred ms); do it

@@ -10,6 +10,7 @@ mod sync;
 mod trip;
 
 // The machinery.
+pub mod backoff;
 mod breaker;
 mod builder;
 mod bulkhead;
@@ -27,8 +28,11 @@ mod ticker;
 pub mod prometheus;
 #[cfg(not(tailguard_loom))]
 mod registry;
+#[cfg(all(feature = "tower", not(tailguard_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 
-pub use breaker::{Breaker, LocalHandle, LocalPermit, Permit};
+pub use breaker::{Breaker, LocalHandle, LocalPermit, OwnedPermit, Permit};
 pub use builder::BreakerBuilder;
 pub use bulkhead::{Bulkhead, BulkheadFull, BulkheadPermit, OwnedBulkheadPermit};
 pub use config::{CancelPolicy, Jitter};

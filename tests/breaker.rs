@@ -1174,3 +1174,37 @@ fn rejections_are_counted_by_reason_on_every_handle_kind_and_thread() {
     assert_eq!(b.snapshot().shadow_rejections, 1);
     assert_eq!(b.snapshot().rejections, j);
 }
+
+#[test]
+fn owned_permits_count_as_borrowed_ones_and_give_probe_slots_back() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).half_open_probes(1).success_to_close(2).build().unwrap();
+    // CLOSED: verdicts, a drop (cancelled) and an abandon (nothing) count as
+    // with a borrowed permit, from another thread too.
+    let owned = b.allow_owned().unwrap();
+    std::thread::spawn(move || owned.record_latency(900 * MS, true))
+        .join()
+        .unwrap();
+    b.allow_owned().unwrap().record_latency(8 * MS, false);
+    drop(b.allow_owned().unwrap());
+    b.allow_owned().unwrap().abandon();
+    next_window(&b, &clock);
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.slow, w.errors, w.cancelled), (2, 1, 1, 1));
+    // HALF_OPEN: a dropped owned probe, and an abandoned one, give the slot
+    // back; the breaker dropped meanwhile stays alive for the permit.
+    trip(&b, &clock);
+    clock.advance(60 * SEC);
+    let probe = b.allow_owned().unwrap();
+    assert!(probe.is_probe());
+    assert_eq!(b.allow_owned().unwrap_err().reason(), RejectReason::ProbesBusy);
+    drop(probe);
+    let probe = b.allow_owned().unwrap();
+    probe.abandon();
+    let probe = b.allow_owned_at(b.clock().raw()).unwrap();
+    assert_eq!(probe.start(), b.clock().raw());
+    let weak = b.clone();
+    drop(b);
+    probe.record_latency(MS, true);
+    assert_eq!(weak.snapshot().probe_successes, 1);
+}

@@ -31,7 +31,7 @@ mod time;
 mod transition;
 mod window;
 
-pub use permit::{LocalHandle, LocalPermit, Permit};
+pub use permit::{LocalHandle, LocalPermit, OwnedPermit, Permit};
 
 use admission::Lease;
 use transition::{splitmix, Flaps};
@@ -266,6 +266,37 @@ impl Breaker {
     pub fn allow_at(&self, reading: u64) -> Result<Permit<'_>, Rejected> {
         match self.inner.admit(reading) {
             Ok(core) => Ok(Permit { core }),
+            Err(rejected) => Err(self.inner.count_rejection(rejected)),
+        }
+    }
+
+    /// As [`allow`](Self::allow), with a permit that owns a handle on the
+    /// breaker (see [`OwnedPermit`]): for a call in a spawned task or a
+    /// `'static` future. Costs a reference-count increment and decrement
+    /// more than `allow`.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// let permit = b.allow_owned().unwrap();
+    /// drop(b); // the permit keeps the breaker alive
+    /// permit.record(true);
+    /// ```
+    #[inline]
+    pub fn allow_owned(&self) -> Result<OwnedPermit, Rejected> {
+        self.allow_owned_at(self.inner.clock.raw())
+    }
+
+    /// As [`allow_at`](Self::allow_at), with an [`OwnedPermit`].
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// let permit = b.allow_owned_at(b.clock().raw()).unwrap();
+    /// permit.record(true);
+    /// ```
+    #[inline]
+    pub fn allow_owned_at(&self, reading: u64) -> Result<OwnedPermit, Rejected> {
+        match self.inner.admit(reading) {
+            Ok(core) => Ok(OwnedPermit::from_core(self, core)),
             Err(rejected) => Err(self.inner.count_rejection(rejected)),
         }
     }

@@ -320,6 +320,133 @@ impl fmt::Debug for Permit<'_> {
     }
 }
 
+/// A [`Permit`] that owns a handle on its breaker (one reference-count
+/// increment), for a call that outlives the borrow: a spawned task, a
+/// `'static` response future. From [`Breaker::allow_owned`] or
+/// [`Breaker::allow_owned_at`]; otherwise exactly a [`Permit`], dropped
+/// without a verdict included.
+///
+/// ```
+/// use std::time::Duration;
+/// let b = tailguard::Breaker::builder().build().unwrap();
+/// let permit = b.allow_owned().unwrap();
+/// std::thread::spawn(move || permit.record_latency(Duration::from_millis(3), true))
+///     .join()
+///     .unwrap();
+/// ```
+#[must_use = "a permit is a call in flight: record its verdict, or drop it to cancel"]
+pub struct OwnedPermit {
+    /// `None` once the verdict is in (the drop then counts nothing).
+    breaker: Option<Breaker>,
+    start: u64,
+    tag: Tag,
+    aux: u64,
+}
+
+impl OwnedPermit {
+    /// Takes over a borrowed permit's call, with a handle on its breaker.
+    pub(super) fn from_core(breaker: &Breaker, core: Core<'_>) -> Self {
+        Self {
+            breaker: Some(breaker.clone()),
+            start: core.start,
+            tag: core.tag,
+            aux: core.aux,
+        }
+    }
+
+    /// The permit's data, and the breaker handle taken out of it (dropped
+    /// when the verdict is in).
+    #[inline(always)]
+    fn settle(mut self, f: impl FnOnce(Core<'_>)) {
+        if let Some(breaker) = self.breaker.take() {
+            f(Core {
+                inner: &breaker.inner,
+                start: self.start,
+                tag: self.tag,
+                aux: self.aux,
+            });
+        }
+    }
+
+    /// As [`Permit::record`].
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow_owned().unwrap().record(true);
+    /// ```
+    #[inline]
+    pub fn record(self, ok: bool) {
+        self.settle(|core| core.finish_measured(ok, Sink::Shared));
+    }
+
+    /// As [`Permit::record_latency`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow_owned().unwrap().record_latency(Duration::from_millis(2), false);
+    /// ```
+    #[inline]
+    pub fn record_latency(self, latency: Duration, ok: bool) {
+        let ns = crate::clock::duration_nanos_saturating(latency);
+        self.settle(|core| core.finish(ns, ok, Sink::Shared));
+    }
+
+    /// As [`Permit::is_probe`].
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// assert!(!b.allow_owned().unwrap().is_probe());
+    /// ```
+    pub fn is_probe(&self) -> bool {
+        self.tag.kind() == Tag::PROBE
+    }
+
+    /// As [`Permit::abandon`].
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow_owned().unwrap().abandon();
+    /// ```
+    pub fn abandon(self) {
+        self.settle(|core| core.abandon());
+    }
+
+    /// The clock reading the call started at (the one given to
+    /// [`Breaker::allow_owned_at`], or the breaker's own).
+    ///
+    /// ```
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// assert_eq!(b.allow_owned_at(7).unwrap().start(), 7);
+    /// ```
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+}
+
+impl Drop for OwnedPermit {
+    fn drop(&mut self) {
+        if let Some(breaker) = &self.breaker {
+            Core {
+                inner: &breaker.inner,
+                start: self.start,
+                tag: self.tag,
+                aux: self.aux,
+            }
+            .cancel(Sink::Shared);
+        }
+    }
+}
+
+impl fmt::Debug for OwnedPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedPermit")
+            .field("tag", &self.tag)
+            .finish_non_exhaustive()
+    }
+}
+
 /// An owned per-core handle on a breaker: its counters live in a shard with
 /// a single writer, so recording is plain loads and stores (no
 /// read-modify-write). `Send` (move it to its core) but neither `Sync` nor

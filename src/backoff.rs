@@ -1,0 +1,1 @@
+//! Full-jitter exponential backoff for retry delays (being written).

@@ -1,0 +1,1 @@
+//! A tower `Layer` around any `Service` (being written).
