@@ -148,6 +148,15 @@ impl Core<'_> {
         self.finish_normal(latency_ns, ok, sink);
     }
 
+    /// A call that ran out of its time after `elapsed_ns`: a failure, and
+    /// slow (at least one nanosecond over the latency threshold) whatever
+    /// the timeout was.
+    #[inline(always)]
+    fn finish_timed_out(&self, elapsed_ns: u64, sink: Sink<'_>) {
+        let latency = elapsed_ns.max(self.inner.config.threshold_ns.saturating_add(1));
+        self.finish(latency, false, sink);
+    }
+
     /// An ordinary call's verdict: counted in the window, unless window
     /// close already counted it in flight, or it is from an earlier
     /// generation (stale).
@@ -275,6 +284,27 @@ impl Permit<'_> {
             .finish(crate::clock::duration_nanos_saturating(latency), ok, Sink::Shared);
     }
 
+    /// Records a call that timed out after `elapsed`: a failure, and a slow
+    /// call whatever the timeout (its latency counts as at least one
+    /// nanosecond over the latency threshold).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    /// b.allow().unwrap().record_timeout(Duration::from_millis(10)); // shorter than the threshold
+    /// clock.advance(Duration::from_secs(1));
+    /// b.tick();
+    /// let w = b.snapshot().window;
+    /// assert_eq!((w.calls, w.errors, w.slow), (1, 1, 1));
+    /// ```
+    #[inline]
+    pub fn record_timeout(self, elapsed: Duration) {
+        let this = ManuallyDrop::new(self);
+        this.core
+            .finish_timed_out(crate::clock::duration_nanos_saturating(elapsed), Sink::Shared);
+    }
+
     /// Whether this permit is a HALF_OPEN probe.
     ///
     /// ```
@@ -390,6 +420,19 @@ impl OwnedPermit {
     pub fn record_latency(self, latency: Duration, ok: bool) {
         let ns = crate::clock::duration_nanos_saturating(latency);
         self.settle(|core| core.finish(ns, ok, Sink::Shared));
+    }
+
+    /// As [`Permit::record_timeout`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.allow_owned().unwrap().record_timeout(Duration::from_secs(1));
+    /// ```
+    #[inline]
+    pub fn record_timeout(self, elapsed: Duration) {
+        let ns = crate::clock::duration_nanos_saturating(elapsed);
+        self.settle(|core| core.finish_timed_out(ns, Sink::Shared));
     }
 
     /// As [`Permit::is_probe`].
@@ -599,6 +642,22 @@ impl LocalPermit<'_> {
         this.core.finish(
             crate::clock::duration_nanos_saturating(latency),
             ok,
+            Sink::Local(this.handle.shard()),
+        );
+    }
+
+    /// As [`Permit::record_timeout`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = tailguard::Breaker::builder().local_handles(1).build().unwrap();
+    /// b.local_handle().unwrap().allow().unwrap().record_timeout(Duration::from_secs(1));
+    /// ```
+    #[inline]
+    pub fn record_timeout(self, elapsed: Duration) {
+        let this = ManuallyDrop::new(self);
+        this.core.finish_timed_out(
+            crate::clock::duration_nanos_saturating(elapsed),
             Sink::Local(this.handle.shard()),
         );
     }
