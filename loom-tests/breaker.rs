@@ -1,7 +1,7 @@
 //! Loom models of the crate's concurrent protocols: every one the crate has,
 //! beside the model that checks it (the queue's are in `dlq.rs` here).
 //!
-//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_breaker --test loom_dlq`
+//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_breaker --test loom_dlq --test loom_emit`
 //! (`.ci/run` does). Every model runs at the bound of 2 unless it says
 //! otherwise; `.ci/run` runs five again at 3, each in under a second:
 //! `a_dropped_probe_returns_its_slot`,
@@ -23,6 +23,7 @@
 //! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag (`shard.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow` |
 //! | events queued by every transition, delivered in order off the hot path (`events.rs`) | `events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted`, `a_hot_path_transition_racing_an_override_is_delivered_in_order` |
 //! | the queue: slot `seq` protocol, the occupancy word, displacement, the consumer's pop (`dlq/`) | the nine models of `dlq.rs` (two bounded lower, as they state) |
+//! | the emit path: shutdown against diversions, the bulkhead's slots, one replay at a time (`emit/`, `bulkhead.rs`) | the three models of `emit.rs` |
 //!
 //! Not modelled: the ticker thread's start and stop and the coarse clock's
 //! upkeep thread use std threads, `parking_lot` and real time, which loom

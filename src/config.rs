@@ -3,6 +3,7 @@
 //! carries. Plain data and arithmetic: [`BreakerBuilder`](crate::BreakerBuilder)
 //! makes a `Config`, the breaker reads it.
 
+use crate::backoff::{uniform_inclusive, Backoff};
 use crate::trip::Rule;
 
 /// Randomisation of the OPEN duration, so that a fleet of routers does not
@@ -18,10 +19,14 @@ pub enum Jitter {
     /// The backoff `d` exactly.
     #[default]
     None,
-    /// Full jitter: uniform in `[0, d]`.
+    /// Full jitter: uniform in `[0, d]`, both ends included: the OPEN
+    /// duration of backoff level `l` is exactly a
+    /// [`Backoff::delay`](crate::backoff::Backoff::delay) of attempt `l`
+    /// (with `base_backoff` and `max_backoff`), drawn the same unbiased way.
     Full,
-    /// Uniform in `[d × (1 − f), d]` for `f` in `[0, 1]`: never shorter than
-    /// `(1 − f)` of the backoff.
+    /// Uniform in `[d − ⌊d × f⌋, d]` for `f` in `[0, 1]`: never shorter than
+    /// `(1 − f)` of the backoff (drawn the same unbiased way as
+    /// [`Full`](Jitter::Full)).
     Bounded(f64),
 }
 
@@ -79,22 +84,34 @@ pub(crate) struct Sizes {
 }
 
 impl Config {
-    /// The OPEN duration at backoff `level`, before jitter: `base × 2^level`
-    /// capped at `max`, in saturating nanosecond arithmetic (a sub-second
-    /// base is never truncated and no level overflows).
-    pub(crate) fn backoff_ns(&self, level: u8) -> u64 {
-        let factor = 1u64.checked_shl(u32::from(level)).unwrap_or(u64::MAX);
-        self.base_ns.saturating_mul(factor).min(self.max_ns)
+    /// The backoff the OPEN duration follows: level `l` is its attempt `l`.
+    pub(crate) const fn backoff(&self) -> Backoff {
+        Backoff::from_ns(self.base_ns, self.max_ns)
     }
 
-    /// Applies the jitter policy to a backoff `d`, given a uniform random `r`.
-    pub(crate) fn jittered(&self, d: u64, r: u64) -> u64 {
+    /// The OPEN duration at backoff `level`, before jitter: `base × 2^level`
+    /// capped at `max`, in saturating nanosecond arithmetic (a sub-second
+    /// base is never truncated and no level overflows); the backoff's
+    /// [`ceiling`](Backoff::ceiling).
+    pub(crate) const fn backoff_ns(&self, level: u8) -> u64 {
+        self.backoff().ceiling_ns(level as u32)
+    }
+
+    /// The OPEN duration at backoff `level`, jittered by the policy, with
+    /// `next` the source of uniform `u64`s (called only if the policy draws:
+    /// once, rarely more; see [`crate::backoff`]).
+    pub(crate) fn open_ns(&self, level: u8, next: impl FnMut() -> u64) -> u64 {
+        let backoff = self.backoff();
+        let level = u32::from(level);
         match self.jitter {
-            Jitter::None => d,
-            Jitter::Full => r % d.saturating_add(1),
+            Jitter::None => backoff.ceiling_ns(level),
+            Jitter::Full => backoff.delay_ns(level, next),
             Jitter::Bounded(f) => {
-                let spread = ((d as f64) * f) as u64;
-                d - r % spread.saturating_add(1).min(d.saturating_add(1))
+                let d = backoff.ceiling_ns(level);
+                // `f` is in [0, 1] (validated), but `d as f64` may round up
+                // past `d` (from 2^53 on): clamp, so that `d − spread` holds.
+                let spread = (((d as f64) * f) as u64).min(d);
+                d - uniform_inclusive(spread, next)
             }
         }
     }

@@ -22,8 +22,10 @@ pub enum ConfigErrorKind {
 
 /// A configuration value was rejected; [`field`](ConfigError::field) names it.
 ///
-/// Returned by [`BreakerBuilder::build`](crate::BreakerBuilder::build) and by
-/// [`DeadLetterQueue::with_capacity`](crate::dlq::DeadLetterQueue::with_capacity).
+/// Returned by [`BreakerBuilder::build`](crate::BreakerBuilder::build),
+/// [`DeadLetterQueue::with_capacity`](crate::dlq::DeadLetterQueue::with_capacity),
+/// [`Bulkhead::new`](crate::Bulkhead::new), [`Backoff::new`](crate::backoff::Backoff::new)
+/// and the [`EmitterBuilder`](crate::emit::EmitterBuilder) setters.
 /// A value that passes validation can never make the breaker or the queue
 /// panic, overflow or hang later.
 ///

@@ -16,6 +16,7 @@ mod builder;
 mod bulkhead;
 pub mod clock;
 pub mod dlq;
+pub mod emit;
 mod events;
 mod shard;
 mod state;

@@ -606,7 +606,7 @@ impl Shards {
 
 /// A small per-thread index, handed out round-robin on first use.
 #[inline(always)]
-fn thread_index() -> usize {
+pub(crate) fn thread_index() -> usize {
     use core::cell::Cell;
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);

@@ -8,12 +8,12 @@
 //! other crates that also look at `cfg(loom)`.
 
 #[cfg(not(tailguard_loom))]
-pub(crate) use portable_atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use portable_atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(tailguard_loom))]
 pub(crate) use std::sync::Arc;
 
 #[cfg(tailguard_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(tailguard_loom)]
 pub(crate) use loom::sync::Arc;
 
@@ -45,6 +45,20 @@ impl<T> Mutex<T> {
     pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
         // A poisoned lock under a model means a panic already failed it.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn try_lock(&self) -> Option<parking_lot::MutexGuard<'_, T>> {
+        self.inner.try_lock()
+    }
+
+    #[cfg(tailguard_loom)]
+    pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+        match self.inner.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 }
 

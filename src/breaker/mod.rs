@@ -521,6 +521,26 @@ impl Breaker {
     }
 }
 
+impl Breaker {
+    /// Number of shared counter shards (a power of two): what other
+    /// per-thread counters of the same consumer size themselves by.
+    pub(crate) fn shard_count(&self) -> usize {
+        self.inner.shards.shared().len()
+    }
+
+    /// A handle that does not keep the breaker alive.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The breaker behind `weak`, if it is still alive.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Breaker> {
+        weak.upgrade().map(|inner| Breaker { inner })
+    }
+}
+
 impl Inner {
     /// Counts a rejection on the calling thread's shard.
     #[inline(always)]

@@ -10,6 +10,7 @@
 //! does.
 
 use super::Inner;
+use crate::backoff::{SplitMix64, GOLDEN_GAMMA};
 use crate::report::{Mode, Reason, State, Transition};
 use crate::state::{Decision, Word, MAX_LEVEL};
 use crate::sync::Ordering;
@@ -136,9 +137,11 @@ impl Inner {
     /// probe may start, unless a later transition happened meanwhile; under
     /// the `flaps` lock, so a slow publisher cannot overwrite a later one.
     fn publish_deadline(&self, to: Word, now: u64) {
-        let backoff = self.config.backoff_ns(to.level());
-        let r = splitmix(self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed));
-        let d = self.config.jittered(backoff, r);
+        // Each value the draw takes (one, rarely more) is the next output of
+        // the breaker's SplitMix64 sequence, stepped atomically.
+        let d = self.config.open_ns(to.level(), || {
+            splitmix(self.rng.fetch_add(GOLDEN_GAMMA, Ordering::Relaxed))
+        });
         let _guard = self.flaps.lock();
         if self.state.load().generation() == to.generation() {
             self.deadline.store(now.saturating_add(d), Ordering::Relaxed);
@@ -243,10 +246,8 @@ impl Inner {
     }
 }
 
-/// One step of SplitMix64: a cheap, well-mixed random number for jitter.
+/// One step of SplitMix64 from state `x`: a cheap, well-mixed random number
+/// for jitter, the first output of [`SplitMix64::new(x)`](SplitMix64::new).
 pub(super) fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    SplitMix64::new(x).next_u64()
 }

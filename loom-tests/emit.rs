@@ -1,0 +1,120 @@
+//! Loom models of the emit path's own protocols (`src/emit/`,
+//! `src/bulkhead.rs`); the breaker's and the queue's are in `breaker.rs`
+//! and `dlq.rs` here.
+//!
+//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_emit`.
+//!
+//! | protocol (where) | models |
+//! |---|---|
+//! | shutdown against diversions: `closed` and the `diverting` count, both SeqCst, so no trigger lands in the queue after the drain (`emit/mod.rs`) | `a_diversion_racing_shutdown_is_drained_or_handed_back` |
+//! | the bulkhead's slots: a CAS on the in-flight count, given back on drop (`bulkhead.rs`) | `the_bulkhead_never_admits_more_than_its_bound` |
+//! | one replay at a time: the replay turn (`emit/mod.rs`) | `two_replays_never_run_at_once` |
+#![cfg(tailguard_loom)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use tailguard::clock::ManualClock;
+use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::emit::{Emitted, Emitter, HandBack, ReplayStop};
+use tailguard::{Breaker, Bulkhead};
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.check(f);
+}
+
+fn open_emitter(capacity: usize) -> (Breaker, Emitter<u32>) {
+    let b = Breaker::builder().clock(ManualClock::new()).build().unwrap();
+    b.trip_now();
+    let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(capacity).unwrap())
+        .build()
+        .unwrap();
+    (b, e)
+}
+
+#[test]
+fn a_diversion_racing_shutdown_is_drained_or_handed_back() {
+    model(|| {
+        let (_b, e) = open_emitter(2);
+        let emitter = e.clone();
+        let t = thread::spawn(
+            move || match emitter.emit_blocking(7, Priority::Routine, |_, _| Ok::<_, ()>(())) {
+                Emitted::Diverted { displaced: None, .. } => false,
+                Emitted::HandedBack {
+                    trigger: 7,
+                    because: HandBack::ShutDown,
+                    ..
+                } => true,
+                _ => panic!("unexpected outcome"),
+            },
+        );
+        let mut drained = 0;
+        e.shutdown(|t, _| {
+            assert_eq!(t, 7);
+            drained += 1;
+        });
+        let handed_back = t.join().unwrap();
+        assert_eq!(drained + usize::from(handed_back), 1, "exactly once, never stranded");
+        assert_eq!(e.queue().len(), 0, "nothing landed after the drain");
+    });
+}
+
+#[test]
+fn the_bulkhead_never_admits_more_than_its_bound() {
+    model(|| {
+        let bulkhead = Bulkhead::new(1).unwrap();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let (bulkhead, inside) = (bulkhead.clone(), Arc::clone(&inside));
+                thread::spawn(move || {
+                    if let Ok(slot) = bulkhead.try_acquire() {
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two calls inside");
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        drop(slot);
+                        true
+                    } else {
+                        false
+                    }
+                })
+            })
+            .collect();
+        let admitted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
+        assert!(admitted >= 1, "a free slot is never refused to everyone");
+        assert_eq!(bulkhead.in_flight(), 0, "every slot given back");
+        assert_eq!(bulkhead.rejections(), 2 - admitted as u64);
+    });
+}
+
+#[test]
+fn two_replays_never_run_at_once() {
+    model(|| {
+        let (b, e) = open_emitter(2);
+        let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        b.reset();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let (emitter, flag) = (e.clone(), Arc::clone(&inside));
+        let replay = move || {
+            emitter.replay_blocking(1, |_, _| {
+                assert_eq!(flag.fetch_add(1, Ordering::SeqCst), 0, "two replays inside");
+                flag.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, ()>(())
+            })
+        };
+        let t = thread::spawn(replay.clone());
+        let mine = replay();
+        let theirs = t.join().unwrap();
+        let delivered = mine.delivered + theirs.delivered;
+        assert_eq!(delivered, 1, "the one trigger, once");
+        for r in [&mine, &theirs] {
+            assert!(matches!(
+                r.stopped,
+                None | Some(ReplayStop::Busy) | Some(ReplayStop::Empty)
+            ));
+        }
+    });
+}

@@ -1,0 +1,288 @@
+//! The blocking emitter: the call runs on the caller's thread and is told
+//! its deadline; a call that returns after it counts as timed out.
+
+use super::metrics::Count;
+use super::{Deadline, Divert, Emitted, Emitter, Inner, Pending, ReplayStop, Replayed};
+use crate::bulkhead::BulkheadPermit;
+use crate::dlq::Priority;
+use crate::report::Rejected;
+use crate::Permit;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+/// The breaker's permit and the bulkhead's slot for one call.
+pub(super) type Admitted<'a> = (Permit<'a>, Option<BulkheadPermit<'a>>);
+
+/// Why a call was not made.
+pub(super) enum NotAdmitted {
+    Open(Rejected),
+    BulkheadFull,
+}
+
+impl NotAdmitted {
+    pub(super) fn reason<E>(self) -> Divert<E> {
+        match self {
+            NotAdmitted::Open(r) => Divert::Open(r),
+            NotAdmitted::BulkheadFull => Divert::BulkheadFull,
+        }
+    }
+}
+
+impl<T> Inner<T> {
+    /// The breaker, then the bulkhead (a full bulkhead gives the permit
+    /// back untouched: the call was never made), at the reading `start`.
+    #[inline(always)]
+    pub(super) fn admit(&self, start: u64) -> Result<Admitted<'_>, NotAdmitted> {
+        let permit = self.breaker.allow_at(start).map_err(NotAdmitted::Open)?;
+        let slot = match &self.bulkhead {
+            None => None,
+            Some(bulkhead) => match bulkhead.try_acquire() {
+                Ok(slot) => Some(slot),
+                Err(_) => {
+                    permit.abandon();
+                    return Err(NotAdmitted::BulkheadFull);
+                }
+            },
+        };
+        Ok((permit, slot))
+    }
+
+    /// A call that panicked: its trigger goes to the queue (counted as
+    /// failed) unless the queue cannot take it, when it is dropped with the
+    /// unwinding (counted as cancelled).
+    #[cold]
+    pub(super) fn divert_panicked(&self, trigger: T, class: Priority) {
+        match self.divert::<(), ()>(trigger, class, Divert::Failed(())) {
+            Emitted::Diverted { displaced, .. } => drop(displaced),
+            _ => self.metrics.count(Count::Cancelled),
+        }
+    }
+}
+
+impl<T> Emitter<T> {
+    /// Emits `trigger` (of class `class`) through `call` on this thread:
+    /// breaker, bulkhead, then `call(&trigger, &deadline)`; a trigger that
+    /// is not delivered is queued or handed back (see [`Emitted`]). Never
+    /// calls the consumer, nor waits, when the breaker rejects or the
+    /// bulkhead is full.
+    ///
+    /// `call` gets the [`Deadline`] to set its own I/O timeouts. If it
+    /// returns after the deadline, the breaker counts a timeout (a failure,
+    /// and slow); an `Ok` is still delivered (the consumer has it: queueing
+    /// it would deliver it twice; counted in `overran`), an `Err` is
+    /// diverted as [`Divert::TimedOut`].
+    ///
+    /// If `call` panics, its trigger is queued first (as failed), then the
+    /// panic resumes; the bulkhead slot and the breaker permit are given
+    /// back on the way.
+    ///
+    /// Reads the breaker's clock twice (start, end): the start is the
+    /// breaker's admission time, the deadline's origin and the latency's
+    /// start.
+    ///
+    /// ```
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Divert, Emitted, Emitter}};
+    ///
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let out = e.emit_blocking(5u32, Priority::Routine, |n, _| if *n > 3 { Err("too big") } else { Ok(*n) });
+    /// assert!(matches!(out, Emitted::Diverted { reason: Divert::Failed("too big"), displaced: None }));
+    /// assert_eq!(e.stats().diverted_failed, 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn emit_blocking<O, E>(
+        &self,
+        trigger: T,
+        class: Priority,
+        call: impl FnOnce(&T, &Deadline<'_>) -> Result<O, E>,
+    ) -> Emitted<T, O, E> {
+        let inner = &*self.inner;
+        let clock = inner.breaker.clock();
+        let start = clock.raw();
+        let (out, end) = match inner.admit(start) {
+            Err(not) => {
+                let out = inner.divert(trigger, class, not.reason());
+                (out, clock.raw())
+            }
+            Ok((permit, slot)) => {
+                let deadline = Deadline {
+                    clock,
+                    start,
+                    budget: inner.timeout,
+                };
+                let result = match catch_unwind(AssertUnwindSafe(|| call(&trigger, &deadline))) {
+                    Ok(result) => result,
+                    Err(panic) => {
+                        drop(slot);
+                        permit.record(false);
+                        inner.divert_panicked(trigger, class);
+                        resume_unwind(panic);
+                    }
+                };
+                let end = clock.raw();
+                drop(slot);
+                let elapsed = clock.delta_nanos(start, end);
+                let out = if elapsed > inner.timeout_ns {
+                    permit.record_timeout(std::time::Duration::from_nanos(elapsed));
+                    match result {
+                        Ok(o) => {
+                            inner.metrics.count(Count::Overran);
+                            Emitted::Delivered(o)
+                        }
+                        Err(_) => inner.divert(
+                            trigger,
+                            class,
+                            Divert::TimedOut(std::time::Duration::from_nanos(elapsed)),
+                        ),
+                    }
+                } else {
+                    permit.record_latency(std::time::Duration::from_nanos(elapsed), result.is_ok());
+                    match result {
+                        Ok(o) => Emitted::Delivered(o),
+                        Err(e) => inner.divert(trigger, class, Divert::Failed(e)),
+                    }
+                };
+                (out, end)
+            }
+        };
+        inner.metrics.emit_time(clock.delta_nanos(start, end));
+        out
+    }
+
+    /// Replays up to `max` queued triggers through `call` on this thread,
+    /// if the breaker is CLOSED (and not forced open): in
+    /// [`pop`](crate::dlq::DeadLetterQueue::pop) order, each through the
+    /// breaker, the bulkhead and the timeout as an emit. The caller bounds
+    /// the rate: `max` per call, calls as often as it likes.
+    ///
+    /// Stops at the first trigger that is not delivered, which stays at the
+    /// head of the queue (so nothing behind it in its class overtakes it),
+    /// unless that was its [`replay_attempts`](super::EmitterBuilder::replay_attempts)-th
+    /// failed call: then it is handed back in [`Replayed::handed_back`]. A
+    /// trigger the breaker or the bulkhead turned away was not called and
+    /// does not use up an attempt. If `call` panics, the trigger is kept
+    /// (one attempt used) and the panic resumes.
+    ///
+    /// One replay runs at a time per emitter; another one meanwhile returns
+    /// at once with [`ReplayStop::Busy`].
+    ///
+    /// ```
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitter, ReplayStop}};
+    ///
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// b.trip_now();
+    /// for i in 0..3 {
+    ///     let _ = e.emit_blocking(i, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// }
+    /// assert_eq!(e.replay_blocking(10, |_, _| Ok::<_, ()>(())).stopped, Some(ReplayStop::NotClosed));
+    /// b.reset();
+    /// let mut seen = Vec::new();
+    /// let r = e.replay_blocking(2, |i, _| {
+    ///     seen.push(*i);
+    ///     Ok::<_, ()>(())
+    /// });
+    /// assert_eq!((r.delivered, r.stopped), (2, None));
+    /// let r = e.replay_blocking(10, |i, _| {
+    ///     seen.push(*i);
+    ///     Ok::<_, ()>(())
+    /// });
+    /// assert_eq!((r.delivered, r.stopped), (1, Some(ReplayStop::Empty)));
+    /// assert_eq!(seen, [0, 1, 2]);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn replay_blocking<O, E>(
+        &self,
+        max: usize,
+        mut call: impl FnMut(&T, &Deadline<'_>) -> Result<O, E>,
+    ) -> Replayed<T, E> {
+        let inner = &*self.inner;
+        let mut out = Replayed {
+            delivered: 0,
+            stopped: None,
+            handed_back: None,
+        };
+        if !inner.replay_allowed() {
+            out.stopped = Some(ReplayStop::NotClosed);
+            return out;
+        }
+        let Some(_turn) = inner.replay_turn() else {
+            out.stopped = Some(ReplayStop::Busy);
+            return out;
+        };
+        // Held through the calls: a shutdown meanwhile waits for this
+        // replay, then drains the trigger it may keep at the head.
+        let mut state = inner.replay.lock();
+        let clock = inner.breaker.clock();
+        while out.delivered < max {
+            let Some(mut p) = state.next() else {
+                out.stopped = Some(ReplayStop::Empty);
+                break;
+            };
+            let start = clock.raw();
+            let (permit, slot) = match inner.admit(start) {
+                Ok(admitted) => admitted,
+                Err(not) => {
+                    state.pending = Some(p);
+                    out.stopped = Some(ReplayStop::Failed(not.reason()));
+                    break;
+                }
+            };
+            let deadline = Deadline {
+                clock,
+                start,
+                budget: inner.timeout,
+            };
+            let result = match catch_unwind(AssertUnwindSafe(|| call(&p.trigger, &deadline))) {
+                Ok(result) => result,
+                Err(panic) => {
+                    drop(slot);
+                    permit.record(false);
+                    p.attempts = p.attempts.saturating_add(1);
+                    state.pending = Some(p);
+                    drop(state);
+                    resume_unwind(panic);
+                }
+            };
+            drop(slot);
+            let elapsed = clock.delta_nanos(start, clock.raw());
+            let timed_out = elapsed > inner.timeout_ns;
+            if timed_out {
+                permit.record_timeout(std::time::Duration::from_nanos(elapsed));
+            } else {
+                permit.record_latency(std::time::Duration::from_nanos(elapsed), result.is_ok());
+            }
+            let reason = match result {
+                Ok(_) => {
+                    inner.metrics.count(Count::Replayed);
+                    out.delivered += 1;
+                    continue;
+                }
+                Err(_) if timed_out => Divert::TimedOut(std::time::Duration::from_nanos(elapsed)),
+                Err(e) => Divert::Failed(e),
+            };
+            p.attempts = p.attempts.saturating_add(1);
+            if p.attempts >= inner.replay_attempts {
+                inner.metrics.count(Count::ReplayHandedBack);
+                out.handed_back = Some((p.trigger, p.class));
+            } else {
+                state.pending = Some(p);
+            }
+            out.stopped = Some(ReplayStop::Failed(reason));
+            break;
+        }
+        out
+    }
+}
+
+impl<T> super::ReplayState<T> {
+    /// The trigger at the head: the one kept from a failed attempt, else
+    /// the queue's next.
+    pub(super) fn next(&mut self) -> Option<Pending<T>> {
+        self.pending.take().or_else(|| {
+            self.queue.pop().map(|(trigger, class)| Pending {
+                trigger,
+                class,
+                attempts: 0,
+            })
+        })
+    }
+}

@@ -1,0 +1,345 @@
+//! The async emitter (feature `tokio`): the call is a future, cancelled at
+//! the deadline; one read of tokio's clock starts an emit.
+
+use super::metrics::{Count, Metrics};
+use super::{Divert, Emitted, Emitter, Inner, Pending, ReplayStop, Replayed};
+use crate::breaker::Breaker;
+use crate::dlq::Priority;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+pin_project_lite::pin_project! {
+    /// Polls the call first; only a call that is not ready at once gets a
+    /// timer (so a call that completes on its first poll pays none).
+    struct Timed<F> {
+        #[pin]
+        call: F,
+        deadline: Option<Instant>,
+        #[pin]
+        sleep: Option<Sleep>,
+    }
+}
+
+enum Outcome<R> {
+    Done(R),
+    TimedOut,
+    Panicked(Box<dyn Any + Send>),
+}
+
+impl<F: Future> Future for Timed<F> {
+    type Output = Outcome<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        match catch_unwind(AssertUnwindSafe(|| this.call.as_mut().poll(cx))) {
+            Ok(Poll::Ready(r)) => return Poll::Ready(Outcome::Done(r)),
+            Ok(Poll::Pending) => {}
+            Err(panic) => return Poll::Ready(Outcome::Panicked(panic)),
+        }
+        let Some(deadline) = *this.deadline else {
+            return Poll::Pending;
+        };
+        if this.sleep.is_none() {
+            this.sleep.set(Some(tokio::time::sleep_until(deadline)));
+        }
+        match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Outcome::TimedOut),
+            _ => Poll::Pending,
+        }
+    }
+}
+
+/// Counts an emit whose future was dropped before it finished.
+struct CancelGuard<'a> {
+    metrics: &'a Metrics,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.metrics.count(Count::Cancelled);
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    crate::clock::duration_nanos_saturating(d)
+}
+
+impl<T> Emitter<T> {
+    /// Emits `trigger` (of class `class`) through the future `call(&trigger)`
+    /// returns: breaker, bulkhead, then the call, cancelled at the emitter's
+    /// timeout; a trigger that is not delivered is queued or handed back
+    /// (see [`Emitted`]). Never calls the consumer, nor waits, when the
+    /// breaker rejects or the bulkhead is full. Runs inside a tokio runtime
+    /// (for the timer).
+    ///
+    /// The future `call` returns may not borrow the trigger (take from it
+    /// what the request needs: a serialized body, an id); the emitter keeps
+    /// the trigger to queue it if the call fails.
+    ///
+    /// One read of tokio's clock starts the emit: it is the deadline's
+    /// origin and the latency's start, and, when the breaker runs on
+    /// [`ClockSource::tokio`](crate::clock::ClockSource::tokio), the
+    /// breaker's admission time too (another clock is read once more). A
+    /// call that completes on its first poll gets no timer at all.
+    ///
+    /// Dropping the returned future (a `select!` that went the other way,
+    /// an aborted task) gives the bulkhead slot and the breaker permit back
+    /// (a probe's slot included) and drops the trigger, counted in
+    /// [`cancelled`](super::EmitterStats::cancelled). If the call panics,
+    /// its trigger is queued first (as failed) and the panic resumes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tailguard::ConfigError> {
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, clock::ClockSource, dlq::{DeadLetterQueue, Priority}};
+    /// use tailguard::emit::{Divert, Emitted, Emitter};
+    ///
+    /// let breaker = Breaker::builder().clock(ClockSource::tokio()).build()?;
+    /// let e = Emitter::builder(breaker, DeadLetterQueue::with_capacity(64)?)
+    ///     .timeout(Duration::from_millis(50))?
+    ///     .build()?;
+    /// let out = e.emit(String::from("order-1"), Priority::Critical, |t| {
+    ///     let body = t.clone().into_bytes();
+    ///     async move { Ok::<_, std::io::Error>(body.len()) }
+    /// }).await;
+    /// assert!(matches!(out, Emitted::Delivered(7)));
+    ///
+    /// let out = e.emit(String::from("order-2"), Priority::Critical, |_| async {
+    ///     tokio::time::sleep(Duration::from_secs(5)).await; // hangs: cut at 50 ms
+    ///     Ok::<_, std::io::Error>(0)
+    /// }).await;
+    /// assert!(matches!(out, Emitted::Diverted { reason: Divert::TimedOut(_), .. }));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn emit<F, Fut, O, E>(&self, trigger: T, class: Priority, call: F) -> Emitted<T, O, E>
+    where
+        F: FnOnce(&T) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        let inner = &*self.inner;
+        let clock = inner.breaker.clock();
+        let now = Instant::now();
+        let start = clock.reading_at(now).unwrap_or_else(|| clock.raw());
+        let mut guard = CancelGuard {
+            metrics: &inner.metrics,
+            armed: true,
+        };
+        let (out, end) = match inner.admit(start) {
+            Err(not) => (inner.divert(trigger, class, not.reason()), Instant::now()),
+            Ok((permit, slot)) => {
+                let timed = Timed {
+                    call: call(&trigger),
+                    deadline: now.checked_add(inner.timeout),
+                    sleep: None,
+                };
+                let outcome = timed.await;
+                let end = Instant::now();
+                drop(slot);
+                let elapsed = end.saturating_duration_since(now);
+                let out = match outcome {
+                    Outcome::Done(result) => {
+                        permit.record_latency(elapsed, result.is_ok());
+                        match result {
+                            Ok(o) => Emitted::Delivered(o),
+                            Err(e) => inner.divert(trigger, class, Divert::Failed(e)),
+                        }
+                    }
+                    Outcome::TimedOut => {
+                        permit.record_timeout(elapsed);
+                        inner.divert(trigger, class, Divert::TimedOut(elapsed))
+                    }
+                    Outcome::Panicked(panic) => {
+                        permit.record_latency(elapsed, false);
+                        guard.armed = false;
+                        inner.divert_panicked(trigger, class);
+                        resume_unwind(panic);
+                    }
+                };
+                (out, end)
+            }
+        };
+        guard.armed = false;
+        inner.metrics.emit_time(nanos(end.saturating_duration_since(now)));
+        out
+    }
+
+    /// As [`replay_blocking`](Self::replay_blocking), with async calls cut
+    /// at the emitter's timeout. Dropping the returned future mid-call puts
+    /// the trigger in flight back at the head of the queue (no attempt
+    /// used). A trigger that fails after [`shutdown`](Self::shutdown) is
+    /// handed back in [`Replayed::handed_back`] (the queue no longer takes
+    /// anything).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tailguard::ConfigError> {
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    ///
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// b.trip_now();
+    /// let _ = e.emit(1u32, Priority::Routine, |_| async { Ok::<_, ()>(()) }).await;
+    /// b.reset();
+    /// let r = e.replay(10, |n| {
+    ///     let n = *n;
+    ///     async move { Ok::<_, ()>(n) }
+    /// }).await;
+    /// assert_eq!(r.delivered, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn replay<F, Fut, O, E>(&self, max: usize, mut call: F) -> Replayed<T, E>
+    where
+        F: FnMut(&T) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        let inner = &*self.inner;
+        let mut out = Replayed {
+            delivered: 0,
+            stopped: None,
+            handed_back: None,
+        };
+        if !inner.replay_allowed() {
+            out.stopped = Some(ReplayStop::NotClosed);
+            return out;
+        }
+        let Some(_turn) = inner.replay_turn() else {
+            out.stopped = Some(ReplayStop::Busy);
+            return out;
+        };
+        let clock = inner.breaker.clock();
+        while out.delivered < max {
+            let Some(p) = inner.replay.lock().next() else {
+                out.stopped = Some(ReplayStop::Empty);
+                break;
+            };
+            let mut held = Held { inner, item: Some(p) };
+            let now = Instant::now();
+            let start = clock.reading_at(now).unwrap_or_else(|| clock.raw());
+            let (permit, slot) = match inner.admit(start) {
+                Ok(admitted) => admitted,
+                Err(not) => {
+                    drop(held); // back at the head
+                    out.stopped = Some(ReplayStop::Failed(not.reason()));
+                    break;
+                }
+            };
+            let trigger = &held.item.as_ref().expect("held until settled").trigger;
+            let outcome = Timed {
+                call: call(trigger),
+                deadline: now.checked_add(inner.timeout),
+                sleep: None,
+            }
+            .await;
+            let elapsed = Instant::now().saturating_duration_since(now);
+            drop(slot);
+            let reason = match outcome {
+                Outcome::Done(Ok(_)) => {
+                    permit.record_latency(elapsed, true);
+                    held.item = None;
+                    inner.metrics.count(Count::Replayed);
+                    out.delivered += 1;
+                    continue;
+                }
+                Outcome::Done(Err(e)) => {
+                    permit.record_latency(elapsed, false);
+                    Divert::Failed(e)
+                }
+                Outcome::TimedOut => {
+                    permit.record_timeout(elapsed);
+                    Divert::TimedOut(elapsed)
+                }
+                Outcome::Panicked(panic) => {
+                    permit.record_latency(elapsed, false);
+                    if let Some(p) = held.item.as_mut() {
+                        p.attempts = p.attempts.saturating_add(1);
+                    }
+                    drop(held);
+                    resume_unwind(panic);
+                }
+            };
+            let mut p = held.item.take().expect("held until settled");
+            p.attempts = p.attempts.saturating_add(1);
+            if p.attempts >= inner.replay_attempts || inner.closed.load(crate::sync::Ordering::Acquire) {
+                inner.metrics.count(Count::ReplayHandedBack);
+                out.handed_back = Some((p.trigger, p.class));
+            } else {
+                inner.replay.lock().pending = Some(p);
+            }
+            out.stopped = Some(ReplayStop::Failed(reason));
+            break;
+        }
+        out
+    }
+}
+
+/// A trigger replay took out of the queue and has not settled: put back at
+/// the head if the replay is dropped (or stops) while it is held.
+struct Held<'a, T> {
+    inner: &'a Inner<T>,
+    item: Option<Pending<T>>,
+}
+
+impl<T> Drop for Held<'_, T> {
+    fn drop(&mut self) {
+        if let Some(p) = self.item.take() {
+            let mut state = self.inner.replay.lock();
+            debug_assert!(state.pending.is_none(), "one replay at a time");
+            state.pending = Some(p);
+        }
+    }
+}
+
+/// Spawns a task on the current tokio runtime that ticks `breaker` every
+/// `period` ([`Breaker::tick`]), and ends when the breaker is dropped.
+///
+/// For a breaker on [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
+/// under a paused clock (tests with `start_paused`): the
+/// [`Ticker`](crate::Ticker) thread runs outside the runtime and reads the
+/// real clock, so such a breaker is built with `ticker(false)` and ticked
+/// here, on the runtime whose clock it follows. On a clock that is not
+/// paused either way works.
+///
+/// Must be called from within a tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tailguard::ConfigError> {
+/// use std::time::Duration;
+/// use tailguard::{Breaker, clock::ClockSource};
+///
+/// let b = Breaker::builder().clock(ClockSource::tokio()).ticker(false).build()?;
+/// let ticks = tailguard::emit::tick_every(&b, Duration::from_millis(100));
+/// tokio::time::sleep(Duration::from_millis(2_500)).await;
+/// assert!(b.snapshot().window.closed_at >= Duration::from_secs(2));
+/// drop(b);
+/// tokio::time::sleep(Duration::from_millis(200)).await;
+/// assert!(ticks.is_finished());
+/// # Ok(())
+/// # }
+/// ```
+pub fn tick_every(breaker: &Breaker, period: Duration) -> tokio::task::JoinHandle<()> {
+    let weak = breaker.downgrade();
+    let period = period.max(Duration::from_millis(1));
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            match Breaker::upgrade(&weak) {
+                Some(b) => b.tick(),
+                None => return,
+            }
+        }
+    })
+}

@@ -1,0 +1,847 @@
+//! The emit path: bulkhead, timeout, breaker and dead-letter fallback in one
+//! call, one [`Emitter`] per consumer.
+//!
+//! ```text
+//!  emit(trigger) ─► breaker.allow ──rejected──────────────┐
+//!                     │ permit                            │
+//!                     ▼                                   ▼
+//!                  bulkhead ──────full─(permit abandoned)─► dead-letter queue ──full──► handed back
+//!                     │ slot                              ▲      │
+//!                     ▼                                   │      └─► replay (breaker closed), shutdown
+//!                  call(&trigger), timed ──failed/timed out┘
+//!                     │ ok
+//!                     ▼
+//!                  delivered
+//! ```
+//!
+//! An emit never waits on a consumer whose breaker is open or whose
+//! bulkhead is full: it diverts the trigger to the consumer's queue at
+//! once. It reads the clock once to start (that reading is the breaker's
+//! admission time, the call's deadline and the latency's start) and once
+//! to end. A call that times out counts in the breaker as failed and slow.
+//!
+//! What happens to each trigger is the [`Emitted`] value the emit returns;
+//! nothing is dropped silently:
+//!
+//! - [`Emitted::Delivered`]: the call succeeded;
+//! - [`Emitted::Diverted`]: the trigger is in the queue, and why it went
+//!   there ([`Divert`]); if the queue was full, the oldest trigger of a
+//!   lower class gave way and is handed back with it (`displaced`);
+//! - [`Emitted::HandedBack`]: the queue was full with nothing below the
+//!   trigger's class to give way (or the emitter is shut down): the trigger
+//!   itself comes back to the caller.
+//!
+//! Once the breaker closes, [`Emitter::replay_blocking`] (or, with the
+//! `tokio` feature, [`Emitter::replay`]) drains the queue back through the
+//! consumer, a bounded number at a time, in [`pop`](crate::dlq::DeadLetterQueue::pop)
+//! order (highest class first, first in first out within a class). A
+//! trigger that fails again is kept at the head of the queue, not
+//! re-queued behind the others, so a class is never reordered; after
+//! [`replay_attempts`](EmitterBuilder::replay_attempts) failed attempts it
+//! is handed back. [`Emitter::shutdown`] hands every queued trigger to a
+//! sink, so a planned restart loses nothing.
+//!
+//! Every emit is counted ([`Emitter::stats`]): its time (what the router
+//! pays per trigger, delivered or not, as a histogram), and what it ended
+//! in. Once the emitter is quiet:
+//!
+//! - `emitted = delivered + diverted + handed_back + cancelled`
+//!   (cancelled: async emits dropped before they finished), and
+//! - `diverted = replayed + replay_handed_back + shutdown_drained +
+//!   displaced + queued + pending` (pending: the trigger replay keeps at
+//!   the head).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tailguard::dlq::{DeadLetterQueue, Priority};
+//! use tailguard::emit::{Divert, Emitted, Emitter};
+//! use tailguard::Breaker;
+//!
+//! let breaker = Breaker::builder().build()?;
+//! let emitter = Emitter::builder(breaker.clone(), DeadLetterQueue::with_capacity(1024)?)
+//!     .bulkhead(64)?
+//!     .timeout(Duration::from_millis(200))?
+//!     .build()?;
+//!
+//! // The call gets the trigger and its deadline (to set its own socket timeouts).
+//! let out = emitter.emit_blocking("order-17", Priority::Critical, |trigger, deadline| {
+//!     assert!(deadline.remaining() <= Duration::from_millis(200));
+//!     Ok::<_, std::io::Error>(trigger.len())
+//! });
+//! assert!(matches!(out, Emitted::Delivered(8)));
+//!
+//! breaker.trip_now(); // the consumer is down: nothing waits on it
+//! let out = emitter.emit_blocking("order-18", Priority::Critical, |_, _| -> Result<(), std::io::Error> {
+//!     unreachable!("an open breaker never calls the consumer")
+//! });
+//! assert!(matches!(out, Emitted::Diverted { reason: Divert::Open(_), displaced: None }));
+//!
+//! breaker.reset(); // recovered: replay what was diverted
+//! let replayed = emitter.replay_blocking(100, |trigger, _| {
+//!     assert_eq!(*trigger, "order-18");
+//!     Ok::<_, std::io::Error>(())
+//! });
+//! assert_eq!(replayed.delivered, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod blocking;
+#[cfg(feature = "tokio")]
+mod future;
+mod metrics;
+
+#[cfg(feature = "tokio")]
+pub use future::tick_every;
+pub use metrics::EmitTimes;
+
+use crate::breaker::Breaker;
+use crate::bulkhead::Bulkhead;
+use crate::clock::ClockSource;
+use crate::dlq::{DeadLetterQueue, Full, Priority, Producer, Pushed};
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::report::Rejected;
+use crate::sync::{fence, Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
+use core::fmt;
+use crossbeam_utils::CachePadded;
+use metrics::{Count, Metrics};
+use std::time::Duration;
+
+/// One consumer's emit path: its breaker, an optional bulkhead, a timeout
+/// and its dead-letter queue. Cheap to clone (an `Arc`); every clone is the
+/// same emitter. See the [module documentation](self).
+pub struct Emitter<T> {
+    inner: Arc<Inner<T>>,
+}
+
+impl<T> Clone for Emitter<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct Inner<T> {
+    breaker: Breaker,
+    bulkhead: Option<Bulkhead>,
+    timeout: Duration,
+    timeout_ns: u64,
+    replay_attempts: u32,
+    producer: Producer<T>,
+    /// The queue's consumer side, and the trigger replay keeps at the head;
+    /// taken by replay and shutdown only (cold paths).
+    replay: Mutex<ReplayState<T>>,
+    /// Set by shutdown: nothing is queued any more.
+    closed: AtomicBool,
+    /// Held by the replay running (one at a time, across its awaits too).
+    replaying: AtomicBool,
+    /// Diversions between their check of `closed` and the end of their push:
+    /// shutdown waits for them before it drains, so none lands after it.
+    diverting: CachePadded<AtomicUsize>,
+    metrics: Metrics,
+}
+
+struct ReplayState<T> {
+    queue: DeadLetterQueue<T>,
+    pending: Option<Pending<T>>,
+}
+
+/// A trigger taken out of the queue for replay that has not been
+/// delivered yet; it stays at the head of the queue.
+struct Pending<T> {
+    trigger: T,
+    class: Priority,
+    /// Failed attempts so far.
+    attempts: u32,
+}
+
+/// Why a trigger was not delivered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Divert<E> {
+    /// The breaker rejected the call (open, every probe slot taken, or
+    /// forced open); the consumer was not called.
+    Open(Rejected),
+    /// The bulkhead was full; the consumer was not called.
+    BulkheadFull,
+    /// The call ran past the timeout (it took at least this long).
+    TimedOut(Duration),
+    /// The call failed.
+    Failed(E),
+}
+
+impl<E> Divert<E> {
+    /// Whether the consumer was called (timed out or failed) or not.
+    ///
+    /// ```
+    /// use tailguard::emit::Divert;
+    /// assert!(!Divert::<()>::BulkheadFull.called());
+    /// assert!(Divert::Failed(()).called());
+    /// ```
+    pub fn called(&self) -> bool {
+        matches!(self, Divert::TimedOut(_) | Divert::Failed(_))
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Divert<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Divert::Open(r) => write!(f, "breaker rejected the call: {r}"),
+            Divert::BulkheadFull => f.write_str("bulkhead full"),
+            Divert::TimedOut(d) => write!(f, "timed out after {d:?}"),
+            Divert::Failed(e) => write!(f, "call failed: {e}"),
+        }
+    }
+}
+
+/// Why a trigger was handed back to the caller instead of queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandBack {
+    /// The queue was full, with nothing of a lower class to give way.
+    QueueFull,
+    /// The emitter is shut down: nothing is queued any more.
+    ShutDown,
+}
+
+/// What an emit did with its trigger.
+#[must_use = "a trigger handed back (or displaced) must be handled by the caller"]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Emitted<T, O, E> {
+    /// The call succeeded, with this output.
+    Delivered(O),
+    /// The trigger is in the dead-letter queue, for replay.
+    Diverted {
+        /// Why it was not delivered.
+        reason: Divert<E>,
+        /// The queue was full and this older, lower-class trigger gave way:
+        /// it is handed back to the caller.
+        displaced: Option<(T, Priority)>,
+    },
+    /// The trigger could not be delivered nor queued: it is handed back.
+    HandedBack {
+        /// The trigger.
+        trigger: T,
+        /// Its class.
+        class: Priority,
+        /// Why it was not delivered.
+        reason: Divert<E>,
+        /// Why it was not queued.
+        because: HandBack,
+    },
+}
+
+impl<T, O, E> Emitted<T, O, E> {
+    /// Whether the trigger was delivered.
+    ///
+    /// ```
+    /// use tailguard::emit::Emitted;
+    /// assert!(Emitted::<(), u8, ()>::Delivered(1).is_delivered());
+    /// ```
+    pub fn is_delivered(&self) -> bool {
+        matches!(self, Emitted::Delivered(_))
+    }
+}
+
+/// The time budget of one call: when it started and how long it may take.
+/// A blocking call reads it to set its own socket timeouts; a call that
+/// returns after it counts as timed out.
+#[derive(Clone, Copy)]
+pub struct Deadline<'a> {
+    clock: &'a ClockSource,
+    start: u64,
+    budget: Duration,
+}
+
+impl Deadline<'_> {
+    /// The whole budget (the emitter's timeout).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
+    ///     .timeout(Duration::from_millis(50))?
+    ///     .build()?;
+    /// let _ = e.emit_blocking((), Priority::Routine, |_, d| {
+    ///     assert_eq!(d.budget(), Duration::from_millis(50));
+    ///     Ok::<_, ()>(())
+    /// });
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// What is left of the budget now (zero once it has run out); reads the
+    /// breaker's clock.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tailguard::{Breaker, clock::ManualClock, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let clock = ManualClock::new();
+    /// let b = Breaker::builder().clock(clock.clone()).build()?;
+    /// let e = Emitter::builder(b, DeadLetterQueue::with_capacity(8)?)
+    ///     .timeout(Duration::from_millis(50))?
+    ///     .build()?;
+    /// let _ = e.emit_blocking((), Priority::Routine, |_, d| {
+    ///     clock.advance(Duration::from_millis(20));
+    ///     assert_eq!(d.remaining(), Duration::from_millis(30));
+    ///     Ok::<_, ()>(())
+    /// });
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        let spent = Duration::from_nanos(self.clock.delta_nanos(self.start, self.clock.raw()));
+        self.budget.saturating_sub(spent)
+    }
+
+    /// Whether the budget has run out.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.emit_blocking((), Priority::Routine, |_, d| {
+    ///     assert!(!d.expired());
+    ///     Ok::<_, ()>(())
+    /// });
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn expired(&self) -> bool {
+        self.remaining().is_zero()
+    }
+}
+
+impl fmt::Debug for Deadline<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deadline")
+            .field("budget", &self.budget)
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}
+
+/// What a replay did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Replayed<T, E> {
+    /// Triggers delivered from the queue.
+    pub delivered: usize,
+    /// Why it stopped before `max` (or `None` when it replayed `max`).
+    pub stopped: Option<ReplayStop<E>>,
+    /// A trigger that failed its last allowed attempt
+    /// ([`replay_attempts`](EmitterBuilder::replay_attempts)), handed back
+    /// to the caller, with its class.
+    pub handed_back: Option<(T, Priority)>,
+}
+
+/// Why a replay stopped early. Unless the replay handed it back, a trigger
+/// that was not delivered stays at the head of the queue.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReplayStop<E> {
+    /// The queue is empty.
+    Empty,
+    /// The breaker is not CLOSED (or is forced open); nothing was tried.
+    NotClosed,
+    /// Another replay (or a shutdown) is running on this emitter.
+    Busy,
+    /// A replayed trigger was not delivered.
+    Failed(Divert<E>),
+}
+
+/// Counters of an [`Emitter`] (see the [module documentation](self) for the
+/// identities they satisfy once the emitter is quiet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EmitterStats {
+    /// Emits that delivered their trigger (late ones included).
+    pub delivered: u64,
+    /// Of those, calls that returned successfully but after the timeout
+    /// (counted by the breaker as failed and slow).
+    pub overran: u64,
+    /// Triggers queued because the breaker rejected the call.
+    pub diverted_open: u64,
+    /// Triggers queued because the bulkhead was full.
+    pub diverted_bulkhead: u64,
+    /// Triggers queued because the call timed out.
+    pub diverted_timeout: u64,
+    /// Triggers queued because the call failed.
+    pub diverted_failed: u64,
+    /// Triggers handed back because the queue was full.
+    pub handed_back_full: u64,
+    /// Triggers handed back because the emitter is shut down.
+    pub handed_back_shut_down: u64,
+    /// Queued triggers that gave way to a higher class (handed back).
+    pub displaced: u64,
+    /// Async emits dropped before they finished (their trigger with them).
+    pub cancelled: u64,
+    /// Queued triggers delivered by replay.
+    pub replayed: u64,
+    /// Queued triggers replay handed back after their last attempt.
+    pub replay_handed_back: u64,
+    /// Queued triggers handed to the shutdown sink.
+    pub shutdown_drained: u64,
+    /// Triggers in the queue now.
+    pub queued: usize,
+    /// Whether replay keeps a trigger at the head (taken out, not yet
+    /// delivered).
+    pub pending: bool,
+    /// How long each emit took, delivered or not: the router's own cost.
+    pub emit_times: EmitTimes,
+    /// Calls in flight in the bulkhead (0 without one).
+    pub bulkhead_in_flight: usize,
+    /// Calls the bulkhead refused.
+    pub bulkhead_rejections: u64,
+}
+
+impl EmitterStats {
+    /// Triggers queued, for whatever reason.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// b.trip_now();
+    /// let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// assert_eq!(e.stats().diverted(), 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn diverted(&self) -> u64 {
+        self.diverted_open + self.diverted_bulkhead + self.diverted_timeout + self.diverted_failed
+    }
+
+    /// Triggers emitted and finished (delivered, diverted or handed back),
+    /// plus those cancelled.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// let _ = e.emit_blocking(2, Priority::Routine, |_, _| Err::<(), _>(()));
+    /// let s = e.stats();
+    /// assert_eq!((s.emitted(), s.delivered, s.diverted()), (2, 1, 1));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn emitted(&self) -> u64 {
+        self.delivered + self.diverted() + self.handed_back_full + self.handed_back_shut_down + self.cancelled
+    }
+}
+
+/// Builds an [`Emitter`]; from [`Emitter::builder`].
+#[must_use = "a builder does nothing until built"]
+pub struct EmitterBuilder<T> {
+    breaker: Breaker,
+    queue: DeadLetterQueue<T>,
+    bulkhead: Option<Bulkhead>,
+    timeout: Duration,
+    replay_attempts: u32,
+}
+
+impl<T> fmt::Debug for EmitterBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmitterBuilder")
+            .field("bulkhead", &self.bulkhead)
+            .field("timeout", &self.timeout)
+            .field("replay_attempts", &self.replay_attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default [`timeout`](EmitterBuilder::timeout).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl<T> Emitter<T> {
+    /// A builder for the emitter of the consumer behind `breaker`, diverting
+    /// into `queue` (its only consumer from then on: replay and shutdown
+    /// pop it).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let emitter: Emitter<String> =
+    ///     Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(64)?).build()?;
+    /// # drop(emitter);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn builder(breaker: Breaker, queue: DeadLetterQueue<T>) -> EmitterBuilder<T> {
+        EmitterBuilder {
+            breaker,
+            queue,
+            bulkhead: None,
+            timeout: DEFAULT_TIMEOUT,
+            replay_attempts: 3,
+        }
+    }
+}
+
+impl<T> EmitterBuilder<T> {
+    /// Bounds the calls in flight to the consumer (default: no bulkhead).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for `"max_in_flight"` when it is 0.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let b = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?);
+    /// assert_eq!(b.bulkhead(0).unwrap_err().field(), "max_in_flight");
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn bulkhead(self, max_in_flight: usize) -> Result<Self, ConfigError> {
+        Ok(self.shared_bulkhead(Bulkhead::new(max_in_flight)?))
+    }
+
+    /// Uses `bulkhead` (which others may share: say one bound over several
+    /// emitters of the same host).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, Bulkhead, dlq::DeadLetterQueue, emit::Emitter};
+    /// let shared = Bulkhead::new(32)?;
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
+    ///     .shared_bulkhead(shared.clone())
+    ///     .build()?;
+    /// # drop(e);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn shared_bulkhead(mut self, bulkhead: Bulkhead) -> Self {
+        self.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// How long a call may take (default [`DEFAULT_TIMEOUT`], 1 s). An
+    /// async call is cancelled at the deadline; a blocking call is told its
+    /// deadline and counts as timed out if it returns after it.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for `"timeout"` when it is zero.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let b = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?);
+    /// assert_eq!(b.timeout(std::time::Duration::ZERO).unwrap_err().field(), "timeout");
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        if timeout.is_zero() {
+            return Err(ConfigError::new(
+                "timeout",
+                ConfigErrorKind::Zero,
+                "a zero timeout would time every call out",
+            ));
+        }
+        self.timeout = timeout;
+        Ok(self)
+    }
+
+    /// Failed replay attempts after which a queued trigger is handed back
+    /// instead of kept at the head of the queue (default 3).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for `"replay_attempts"` when it is 0.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let b = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?);
+    /// assert_eq!(b.replay_attempts(0).unwrap_err().field(), "replay_attempts");
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn replay_attempts(mut self, attempts: u32) -> Result<Self, ConfigError> {
+        if attempts == 0 {
+            return Err(ConfigError::new(
+                "replay_attempts",
+                ConfigErrorKind::Zero,
+                "a queued trigger needs at least one replay attempt",
+            ));
+        }
+        self.replay_attempts = attempts;
+        Ok(self)
+    }
+
+    /// Builds the emitter.
+    ///
+    /// # Errors
+    /// None today (every field is checked when set); kept fallible so that
+    /// checks across fields can be added without breaking callers.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// assert_eq!(e.stats().queued, 0);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn build(self) -> Result<Emitter<T>, ConfigError> {
+        let shards = self.breaker.shard_count();
+        Ok(Emitter {
+            inner: Arc::new(Inner {
+                timeout_ns: crate::clock::duration_nanos_saturating(self.timeout),
+                timeout: self.timeout,
+                replay_attempts: self.replay_attempts,
+                bulkhead: self.bulkhead,
+                producer: self.queue.producer(),
+                replay: Mutex::new(ReplayState {
+                    queue: self.queue,
+                    pending: None,
+                }),
+                closed: AtomicBool::new(false),
+                replaying: AtomicBool::new(false),
+                diverting: CachePadded::new(AtomicUsize::new(0)),
+                metrics: Metrics::new(shards),
+                breaker: self.breaker,
+            }),
+        })
+    }
+}
+
+impl<T> Emitter<T> {
+    /// The consumer's breaker.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::<u8>::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// assert!(e.breaker().ptr_eq(&b));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn breaker(&self) -> &Breaker {
+        &self.inner.breaker
+    }
+
+    /// The bulkhead, if there is one.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
+    ///     .bulkhead(4)?
+    ///     .build()?;
+    /// assert_eq!(e.bulkhead().unwrap().max_in_flight(), 4);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn bulkhead(&self) -> Option<&Bulkhead> {
+        self.inner.bulkhead.as_ref()
+    }
+
+    /// The call timeout.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::{Emitter, DEFAULT_TIMEOUT}};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// assert_eq!(e.timeout(), DEFAULT_TIMEOUT);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// A producer handle on the emitter's queue (for
+    /// [`Registry::attach_fallback`](crate::Registry::attach_fallback), or
+    /// to queue triggers by hand).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// assert_eq!(e.queue().capacity(), 8);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn queue(&self) -> &Producer<T> {
+        &self.inner.producer
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// e.shutdown(|_, _| {});
+    /// assert!(e.is_shut_down());
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// The emitter's counters now (see [`EmitterStats`]).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.emit_blocking(7u64, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// let s = e.stats();
+    /// assert_eq!((s.delivered, s.emit_times.count()), (1, 1));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn stats(&self) -> EmitterStats {
+        let inner = &*self.inner;
+        let r = inner.metrics.read();
+        let diverted = r.diverted_open + r.diverted_bulkhead + r.diverted_timeout + r.diverted_failed;
+        let finished = r.times.count();
+        let delivered = finished.saturating_sub(diverted + r.handed_back_full + r.handed_back_shut_down);
+        let pending = inner.replay.try_lock().is_some_and(|state| state.pending.is_some());
+        EmitterStats {
+            delivered,
+            overran: r.overran,
+            diverted_open: r.diverted_open,
+            diverted_bulkhead: r.diverted_bulkhead,
+            diverted_timeout: r.diverted_timeout,
+            diverted_failed: r.diverted_failed,
+            handed_back_full: r.handed_back_full,
+            handed_back_shut_down: r.handed_back_shut_down,
+            displaced: r.displaced,
+            cancelled: r.cancelled,
+            replayed: r.replayed,
+            replay_handed_back: r.replay_handed_back,
+            shutdown_drained: r.shutdown_drained,
+            queued: inner.producer.len(),
+            pending,
+            emit_times: r.times,
+            bulkhead_in_flight: inner.bulkhead.as_ref().map_or(0, Bulkhead::in_flight),
+            bulkhead_rejections: inner.bulkhead.as_ref().map_or(0, Bulkhead::rejections),
+        }
+    }
+
+    /// Stops queueing and hands every queued trigger (the one replay keeps
+    /// at the head first, then the queue in [`pop`](DeadLetterQueue::pop)
+    /// order) to `sink`; returns how many it handed over. From then on a
+    /// trigger that is not delivered is handed back to its emitter
+    /// ([`HandBack::ShutDown`]) instead of queued.
+    ///
+    /// Waits for diversions already past their check to finish their push
+    /// (a few instructions each), and for a running replay to finish, so
+    /// that nothing lands in the queue after the drain. Calling it again
+    /// drains whatever a replay cancelled mid-call put back since.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitted, Emitter, HandBack}};
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// b.trip_now();
+    /// let _ = e.emit_blocking("a", Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// let mut saved = Vec::new();
+    /// assert_eq!(e.shutdown(|t, _| saved.push(t)), 1);
+    /// assert_eq!(saved, ["a"]);
+    /// let out = e.emit_blocking("b", Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// assert!(matches!(out, Emitted::HandedBack { trigger: "b", because: HandBack::ShutDown, .. }));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn shutdown(&self, mut sink: impl FnMut(T, Priority)) -> usize {
+        let inner = &*self.inner;
+        inner.closed.store(true, Ordering::Relaxed);
+        // Store-load on both sides, each side's pair split by a SeqCst fence
+        // (Dekker): a diversion raises `diverting` before it reads `closed`,
+        // we set `closed` before we read `diverting`; so either it sees
+        // `closed` and hands its trigger back, or we see it here and wait
+        // (Acquire, against its Release decrement) until its push landed.
+        fence(Ordering::SeqCst);
+        let mut backoff = 0;
+        while inner.diverting.load(Ordering::Acquire) != 0 {
+            crate::sync::spin(&mut backoff);
+        }
+        let mut state = inner.replay.lock();
+        let mut n = 0;
+        if let Some(p) = state.pending.take() {
+            inner.metrics.count(Count::ShutdownDrained);
+            n += 1;
+            sink(p.trigger, p.class);
+        }
+        while let Some((trigger, class)) = state.queue.pop() {
+            inner.metrics.count(Count::ShutdownDrained);
+            n += 1;
+            sink(trigger, class);
+        }
+        n
+    }
+
+    /// Bytes of heap this emitter holds besides its breaker and queue (its
+    /// per-thread counters).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// assert!(e.memory_bytes() > 0);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn memory_bytes(&self) -> usize {
+        core::mem::size_of::<Inner<T>>() + self.inner.metrics.heap_bytes()
+    }
+}
+
+impl<T> Inner<T> {
+    /// Queues a trigger that was not delivered, or hands it back; counts it.
+    #[inline(never)]
+    fn divert<O, E>(&self, trigger: T, class: Priority, reason: Divert<E>) -> Emitted<T, O, E> {
+        if !self.closed.load(Ordering::Acquire) {
+            self.diverting.fetch_add(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst); // see `shutdown`
+            if !self.closed.load(Ordering::Relaxed) {
+                let pushed = self.producer.push(trigger, class);
+                self.diverting.fetch_sub(1, Ordering::Release);
+                return match pushed {
+                    Ok(pushed) => {
+                        self.metrics.count(match reason {
+                            Divert::Open(_) => Count::DivertedOpen,
+                            Divert::BulkheadFull => Count::DivertedBulkhead,
+                            Divert::TimedOut(_) => Count::DivertedTimeout,
+                            Divert::Failed(_) => Count::DivertedFailed,
+                        });
+                        let displaced = match pushed {
+                            Pushed::Queued => None,
+                            Pushed::Displaced(old, old_class) => {
+                                self.metrics.count(Count::Displaced);
+                                Some((old, old_class))
+                            }
+                        };
+                        Emitted::Diverted { reason, displaced }
+                    }
+                    Err(Full(trigger)) => {
+                        self.metrics.count(Count::HandedBackFull);
+                        Emitted::HandedBack {
+                            trigger,
+                            class,
+                            reason,
+                            because: HandBack::QueueFull,
+                        }
+                    }
+                };
+            }
+            self.diverting.fetch_sub(1, Ordering::Release);
+        }
+        self.metrics.count(Count::HandedBackShutDown);
+        Emitted::HandedBack {
+            trigger,
+            class,
+            reason,
+            because: HandBack::ShutDown,
+        }
+    }
+
+    /// The replay turn, if no other replay holds it.
+    fn replay_turn(&self) -> Option<ReplayTurn<'_>> {
+        self.replaying
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| ReplayTurn { flag: &self.replaying })
+    }
+
+    /// Whether replay may run: CLOSED, and not forced open.
+    fn replay_allowed(&self) -> bool {
+        use crate::report::{Mode, State};
+        let b = &self.breaker;
+        b.state() == State::Closed && b.mode() != Mode::ForcedOpen
+    }
+}
+
+/// The right to replay, given back when dropped.
+struct ReplayTurn<'a> {
+    flag: &'a AtomicBool,
+}
+
+impl Drop for ReplayTurn<'_> {
+    fn drop(&mut self) {
+        self.flag.store(false, Ordering::Release);
+    }
+}
+
+impl<T> fmt::Debug for Emitter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Emitter")
+            .field("breaker", &self.inner.breaker)
+            .field("bulkhead", &self.inner.bulkhead)
+            .field("timeout", &self.inner.timeout)
+            .field("queued", &self.inner.producer.len())
+            .field("shut_down", &self.is_shut_down())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,536 @@
+//! The blocking emitter, on the manual clock: what each emit does with its
+//! trigger, replay, shutdown, panics, and the conservation of triggers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+use tailguard::clock::ManualClock;
+use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::emit::{Divert, Emitted, Emitter, EmitterStats, HandBack, ReplayStop};
+use tailguard::{Breaker, RejectReason, State};
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+fn breaker(clock: &ManualClock) -> Breaker {
+    Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .half_open_probes(1)
+        .success_to_close(1)
+        .build()
+        .unwrap()
+}
+
+fn emitter<T>(b: &Breaker, capacity: usize) -> Emitter<T> {
+    Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(capacity).unwrap())
+        .timeout(200 * MS)
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+/// `emitted = delivered + diverted + handed back + cancelled`, and every
+/// diverted trigger is replayed, handed back, drained, displaced, queued or
+/// pending.
+fn assert_conserved(s: &EmitterStats, emitted: u64) {
+    assert_eq!(s.emitted(), emitted, "{s:?}");
+    assert_eq!(
+        s.diverted(),
+        s.replayed + s.replay_handed_back + s.shutdown_drained + s.displaced + s.queued as u64 + u64::from(s.pending),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn delivered_emits_time_the_call_once_for_breaker_deadline_and_histogram() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    let out = e.emit_blocking(1, Priority::Routine, |t, deadline| {
+        assert_eq!(deadline.remaining(), 200 * MS);
+        clock.advance(30 * MS);
+        assert_eq!(deadline.remaining(), 170 * MS);
+        Ok::<_, ()>(*t + 1)
+    });
+    assert_eq!(out, Emitted::Delivered(2));
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.errors, w.slow), (1, 0, 0));
+    let s = e.stats();
+    assert_eq!((s.delivered, s.emit_times.count(), s.emit_times.sum()), (1, 1, 30 * MS));
+    let p50 = s.emit_times.quantiles().unwrap().p50;
+    assert!(p50.abs_diff(30 * MS) <= 30 * MS / 20, "{p50:?}");
+    assert_conserved(&s, 1);
+}
+
+#[test]
+fn an_open_breaker_diverts_at_once_without_calling_the_consumer() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    b.trip_now();
+    let calls = AtomicUsize::new(0);
+    for i in 0..5 {
+        let out = e.emit_blocking(i, Priority::Routine, |_, _| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, ()>(())
+        });
+        match out {
+            Emitted::Diverted {
+                reason: Divert::Open(r),
+                displaced: None,
+            } => assert_eq!(r.reason(), RejectReason::Open),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    let s = e.stats();
+    assert_eq!((s.diverted_open, s.queued), (5, 5));
+    assert_eq!(s.emit_times.sum(), Duration::ZERO, "no time passed: nothing waited");
+    assert_eq!(b.snapshot().rejections.open, 5);
+    assert_conserved(&s, 5);
+}
+
+#[test]
+fn a_full_bulkhead_diverts_without_calling() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .bulkhead(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let out = e.emit_blocking(1, Priority::Routine, |_, _| {
+        // The only bulkhead slot is taken by this call: a nested emit finds
+        // it full.
+        let nested = e.emit_blocking(2, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        assert!(matches!(
+            nested,
+            Emitted::Diverted {
+                reason: Divert::BulkheadFull,
+                ..
+            }
+        ));
+        Ok::<_, ()>(())
+    });
+    assert!(out.is_delivered());
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.snapshot().window.calls, 1, "the refused call is not counted");
+    let s = e.stats();
+    assert_eq!(
+        (s.diverted_bulkhead, s.bulkhead_rejections, s.bulkhead_in_flight),
+        (1, 1, 0)
+    );
+    assert_conserved(&s, 2);
+}
+
+#[test]
+fn a_bulkhead_refusal_in_half_open_leaves_the_probe_for_the_next_caller() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let bulkhead = tailguard::Bulkhead::new(1).unwrap();
+    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .shared_bulkhead(bulkhead.clone())
+        .build()
+        .unwrap();
+    b.trip_now();
+    clock.advance(60 * SEC);
+    let held = bulkhead.try_acquire().unwrap(); // someone else holds the only slot
+    let out = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    assert!(matches!(
+        out,
+        Emitted::Diverted {
+            reason: Divert::BulkheadFull,
+            ..
+        }
+    ));
+    assert_eq!(b.snapshot().probes_in_flight, 0, "abandoned, not held");
+    drop(held);
+    assert!(e
+        .emit_blocking(2, Priority::Routine, |_, _| Ok::<_, ()>(()))
+        .is_delivered());
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[test]
+fn calls_past_the_deadline_count_as_timed_out_and_slow_whatever_they_return() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    // Ok, but late: delivered (the consumer has it), counted as a timeout.
+    let out = e.emit_blocking(1, Priority::Routine, |_, d| {
+        clock.advance(250 * MS);
+        assert!(d.expired());
+        Ok::<_, ()>("late")
+    });
+    assert_eq!(out, Emitted::Delivered("late"));
+    // Err after the deadline: diverted as timed out.
+    let out = e.emit_blocking(2, Priority::Routine, |_, _| {
+        clock.advance(300 * MS);
+        Err::<(), _>("gave up")
+    });
+    assert_eq!(
+        out,
+        Emitted::Diverted {
+            reason: Divert::TimedOut(300 * MS),
+            displaced: None
+        }
+    );
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.errors, w.slow), (2, 2, 2));
+    let s = e.stats();
+    assert_eq!((s.delivered, s.overran, s.diverted_timeout), (1, 1, 1));
+    assert_conserved(&s, 2);
+}
+
+#[test]
+fn a_timeout_shorter_than_the_latency_threshold_still_counts_slow() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .latency_threshold(SEC)
+        .build()
+        .unwrap();
+    let e: Emitter<u8> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(4).unwrap())
+        .timeout(10 * MS)
+        .unwrap()
+        .build()
+        .unwrap();
+    let _ = e.emit_blocking(0, Priority::Idle, |_, _| {
+        clock.advance(20 * MS);
+        Err::<(), ()>(())
+    });
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.snapshot().window.slow, 1);
+}
+
+#[test]
+fn a_full_queue_displaces_lower_classes_then_hands_back() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<&str>(&b, 2);
+    b.trip_now();
+    let fail = |_: &&str, _: &tailguard::emit::Deadline<'_>| Ok::<(), ()>(());
+    assert!(matches!(
+        e.emit_blocking("i1", Priority::Idle, fail),
+        Emitted::Diverted { displaced: None, .. }
+    ));
+    assert!(matches!(
+        e.emit_blocking("r1", Priority::Routine, fail),
+        Emitted::Diverted { displaced: None, .. }
+    ));
+    match e.emit_blocking("c1", Priority::Critical, fail) {
+        Emitted::Diverted {
+            displaced: Some(("i1", Priority::Idle)),
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    match e.emit_blocking("r2", Priority::Routine, fail) {
+        Emitted::HandedBack {
+            trigger: "r2",
+            class: Priority::Routine,
+            because: HandBack::QueueFull,
+            reason: Divert::Open(_),
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    let s = e.stats();
+    assert_eq!(
+        (s.diverted_open, s.displaced, s.handed_back_full, s.queued),
+        (3, 1, 1, 2)
+    );
+    assert_conserved(&s, 4);
+}
+
+#[test]
+fn replay_keeps_class_order_and_keeps_a_failing_trigger_at_the_head() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(64).unwrap())
+        .replay_attempts(2)
+        .unwrap()
+        .build()
+        .unwrap();
+    b.trip_now();
+    for i in 0..10u32 {
+        let class = if i % 3 == 0 {
+            Priority::Critical
+        } else {
+            Priority::Routine
+        };
+        let _ = e.emit_blocking(i, class, |_, _| Ok::<_, ()>(()));
+    }
+    assert_eq!(
+        e.replay_blocking(100, |_, _| Ok::<_, ()>(())).stopped,
+        Some(ReplayStop::NotClosed)
+    );
+    b.reset();
+    let seen = Mutex::new(Vec::new());
+    // Rate bound: two at a time.
+    let r = e.replay_blocking(2, |t, _| {
+        seen.lock().unwrap().push(*t);
+        Ok::<_, ()>(())
+    });
+    assert_eq!((r.delivered, r.stopped), (2, None));
+    // Trigger 9 fails: kept at the head, replay stops.
+    let r = e.replay_blocking(100, |t, _| {
+        seen.lock().unwrap().push(*t);
+        if *t == 9 {
+            Err("still down")
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!(
+        (r.delivered, r.stopped),
+        (1, Some(ReplayStop::Failed(Divert::Failed("still down"))))
+    );
+    assert_eq!(r.handed_back, None);
+    assert!(e.stats().pending);
+    // Second failure of trigger 9: its last attempt; handed back.
+    let r = e.replay_blocking(100, |t, _| {
+        seen.lock().unwrap().push(*t);
+        if *t == 9 {
+            Err("still down")
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!(r.handed_back, Some((9, Priority::Critical)));
+    b.reset();
+    let r = e.replay_blocking(100, |t, _| {
+        seen.lock().unwrap().push(*t);
+        Ok::<_, ()>(())
+    });
+    assert_eq!((r.delivered, r.stopped), (6, Some(ReplayStop::Empty)));
+    // Critical first (0, 3, 6, 9), then routine, each class in order; 9
+    // tried twice, never overtaken within its class.
+    assert_eq!(*seen.lock().unwrap(), [0, 3, 6, 9, 9, 1, 2, 4, 5, 7, 8]);
+    let s = e.stats();
+    assert_eq!(
+        (s.replayed, s.replay_handed_back, s.queued, s.pending),
+        (9, 1, 0, false)
+    );
+    assert_conserved(&s, 10);
+}
+
+#[test]
+fn replay_turned_away_by_the_breaker_uses_no_attempt() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let bulkhead = tailguard::Bulkhead::new(1).unwrap();
+    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .shared_bulkhead(bulkhead.clone())
+        .replay_attempts(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    b.trip_now();
+    let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    b.reset();
+    let held = bulkhead.try_acquire().unwrap();
+    for _ in 0..3 {
+        let r = e.replay_blocking(10, |_, _| -> Result<(), ()> { unreachable!("not admitted") });
+        assert_eq!(r.stopped, Some(ReplayStop::Failed(Divert::BulkheadFull)));
+        assert_eq!(r.handed_back, None);
+    }
+    drop(held);
+    assert_eq!(e.replay_blocking(10, |_, _| Ok::<_, ()>(())).delivered, 1);
+}
+
+#[test]
+fn one_replay_at_a_time() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    b.trip_now();
+    let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    b.reset();
+    let r = e.replay_blocking(10, |_, _| {
+        let nested = e.replay_blocking(10, |_, _| Ok::<_, ()>(()));
+        assert_eq!(nested.stopped, Some(ReplayStop::Busy));
+        Ok::<_, ()>(())
+    });
+    assert_eq!(r.delivered, 1);
+}
+
+#[test]
+fn shutdown_drains_the_head_then_the_queue_and_queues_nothing_after() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    b.trip_now();
+    for i in 0..4 {
+        let _ = e.emit_blocking(i, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    }
+    b.reset();
+    let _ = e.replay_blocking(10, |_, _| Err::<(), _>(())); // 0 kept at the head
+    let mut drained = Vec::new();
+    assert_eq!(e.shutdown(|t, c| drained.push((t, c))), 4);
+    assert_eq!(drained.iter().map(|d| d.0).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    b.trip_now();
+    match e.emit_blocking(9, Priority::Critical, |_, _| Ok::<_, ()>(())) {
+        Emitted::HandedBack {
+            trigger: 9,
+            because: HandBack::ShutDown,
+            reason: Divert::Open(_),
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    b.reset();
+    assert!(
+        e.emit_blocking(10, Priority::Critical, |_, _| Ok::<_, ()>(()))
+            .is_delivered(),
+        "still delivers"
+    );
+    let s = e.stats();
+    assert_eq!((s.shutdown_drained, s.handed_back_shut_down, s.queued), (4, 1, 0));
+    assert_conserved(&s, 6);
+}
+
+#[test]
+fn shutdown_racing_with_diverting_threads_loses_nothing() {
+    for round in 0..20 {
+        let clock = ManualClock::new();
+        let b = breaker(&clock);
+        let e = emitter::<u64>(&b, 1 << 16);
+        b.trip_now();
+        let threads = 3;
+        let per = 2_000u64;
+        let start = Barrier::new(threads + 1);
+        let handed_back = AtomicUsize::new(0);
+        let drained = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..threads as u64 {
+                let (e, start, handed_back) = (&e, &start, &handed_back);
+                s.spawn(move || {
+                    start.wait();
+                    for i in 0..per {
+                        match e.emit_blocking(t * per + i, Priority::Routine, |_, _| Ok::<_, ()>(())) {
+                            Emitted::Diverted { displaced: None, .. } => {}
+                            Emitted::HandedBack {
+                                because: HandBack::ShutDown,
+                                ..
+                            } => {
+                                handed_back.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                });
+            }
+            start.wait();
+            for _ in 0..round * 50 {
+                std::hint::spin_loop();
+            }
+            e.shutdown(|t, _| drained.lock().unwrap().push(t));
+        });
+        let drained = drained.into_inner().unwrap();
+        let total = drained.len() + handed_back.load(Ordering::Relaxed);
+        assert_eq!(total as u64, threads as u64 * per, "round {round}");
+        assert_eq!(e.stats().queued, 0, "nothing landed after the drain");
+        let mut sorted = drained.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), drained.len(), "each trigger once");
+        assert_conserved(&e.stats(), threads as u64 * per);
+    }
+}
+
+#[test]
+fn a_panicking_call_queues_its_trigger_and_gives_everything_back() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e: Emitter<String> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .bulkhead(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = e.emit_blocking("precious".to_string(), Priority::Critical, |_, _| -> Result<(), ()> {
+            panic!("a consumer bug (expected by this test)")
+        });
+    }));
+    assert!(caught.is_err(), "the panic reaches the caller");
+    let s = e.stats();
+    assert_eq!((s.diverted_failed, s.queued, s.bulkhead_in_flight), (1, 1, 0));
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.snapshot().window.errors, 1);
+    // Replay panics too: the trigger stays at the head.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = e.replay_blocking(1, |_, _| -> Result<(), ()> { panic!("again (expected by this test)") });
+    }));
+    assert!(caught.is_err());
+    let mut saved = Vec::new();
+    e.shutdown(|t, _| saved.push(t));
+    assert_eq!(saved, ["precious"]);
+}
+
+#[test]
+fn many_threads_through_a_flapping_consumer_conserve_every_trigger() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .min_calls(10)
+        .base_backoff(10 * MS)
+        .max_backoff(10 * MS)
+        .build()
+        .unwrap();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(256).unwrap())
+        .bulkhead(2)
+        .unwrap()
+        .build()
+        .unwrap();
+    let per = 5_000u64;
+    let handed = Arc::new(AtomicUsize::new(0));
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let (e, handed) = (&e, Arc::clone(&handed));
+            s.spawn(move || {
+                for i in 0..per {
+                    let out = e.emit_blocking(t * per + i, Priority::ALL[(i % 3) as usize], |n, _| {
+                        if n % 7 < 3 {
+                            Err("flaky")
+                        } else {
+                            Ok(())
+                        }
+                    });
+                    match out {
+                        Emitted::Delivered(()) | Emitted::Diverted { displaced: None, .. } => {}
+                        Emitted::Diverted { displaced: Some(_), .. } => {
+                            handed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Emitted::HandedBack { .. } => {
+                            handed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        // The ticker's role, moving time so the breaker trips and recovers.
+        s.spawn(|| {
+            for _ in 0..200 {
+                clock.advance(5 * MS);
+                b.tick();
+                let _ = e.replay_blocking(16, |_, _| Ok::<_, ()>(()));
+                std::thread::yield_now();
+            }
+        });
+    });
+    let s = e.stats();
+    assert_conserved(&s, 3 * per);
+    assert_eq!(s.handed_back_full + s.displaced, handed.load(Ordering::Relaxed) as u64);
+    assert_eq!(s.bulkhead_in_flight, 0);
+    assert!(s.diverted() > 0 && s.delivered > 0, "{s:?}");
+}
