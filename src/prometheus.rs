@@ -23,6 +23,13 @@
 //! | `breaker_listener_panics_total` | counter | panics of the transition listener, caught |
 //! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary |
 //! | `breaker_window_seconds`, `breaker_latency_threshold_seconds`, `breaker_slow_ratio_limit`, `breaker_trip_windows`, `breaker_min_calls`, `breaker_error_ratio_limit`, `breaker_error_window_seconds` | gauge | the [`Limits`](crate::Limits) windows are judged by, to read the counters against |
+//! | `breaker_emit_seconds` | histogram | time the router spent per emit, delivered or not (only consumers with an [`Emitter`](crate::emit::Emitter) attached: [`Registry::attach_emitter`](crate::Registry::attach_emitter)); buckets at powers of two from 1.024 µs to 68.7 s |
+//! | `breaker_emits_delivered_total`, `breaker_emits_overran_total`, `breaker_emits_cancelled_total` | counter | emits delivered; of those, returned after the timeout; async emits dropped unfinished |
+//! | `breaker_emits_diverted_total{reason}` | counter | triggers queued: `open`, `bulkhead_full`, `timed_out`, `failed` |
+//! | `breaker_emits_handed_back_total{reason}` | counter | triggers handed back to the router: `queue_full`, `shut_down` |
+//! | `breaker_replayed_total`, `breaker_replay_handed_back_total` | counter | queued triggers delivered by replay / handed back after their last attempt |
+//! | `breaker_bulkhead_in_flight` | gauge | calls in the emitter's bulkhead |
+//! | `breaker_bulkhead_rejected_total` | counter | calls the bulkhead refused |
 //! | `breaker_fallback_depth`, `breaker_fallback_capacity` | gauge | items in / size of the attached dead-letter queue (only consumers with one) |
 //! | `breaker_fallback_class_depth{class}` | gauge | items of each class (`idle`, `routine`, `critical`) in the queue |
 //! | `breaker_fallback_queued_total{class}`, `breaker_fallback_popped_total{class}` | counter | items accepted / taken out for replay |
@@ -226,6 +233,67 @@ fn class_label(class: Priority) -> &'static str {
         Priority::Routine => "routine",
         Priority::Critical => "critical",
     }
+}
+
+/// An emitter's emit-time histogram, as a Prometheus histogram in seconds.
+struct EmitSeconds(crate::emit::EmitTimes);
+
+impl EncodeMetric for EmitSeconds {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+        let t = &self.0;
+        // The encoder sums the buckets itself: hand it each bucket's own
+        // count. The last bound also counts every slower emit: it is +Inf.
+        let cumulative = t.cumulative();
+        let mut below = 0;
+        let mut buckets: Vec<(f64, u64)> = cumulative
+            .iter()
+            .map(|&(le, n)| {
+                let own = n.wrapping_sub(below);
+                below = n;
+                (le.as_secs_f64(), own)
+            })
+            .collect();
+        if let Some(last) = buckets.last_mut() {
+            last.0 = f64::INFINITY;
+        }
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            t.sum().as_secs_f64(),
+            t.count(),
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
+}
+
+/// Writes one family with a sample per `(label value, value)` for each
+/// consumer with an emitter attached; nothing at all if none has one.
+fn by_label(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &'static str,
+    help: &str,
+    label: &'static str,
+    rows: &[ConsumerSnapshot],
+    values: impl Fn(&crate::emit::EmitterStats) -> Vec<(&'static str, u64)>,
+) -> fmt::Result {
+    let mut emitters = rows
+        .iter()
+        .filter_map(|r| Some((&*r.name, r.emitter.as_ref()?)))
+        .peekable();
+    if emitters.peek().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+    for (consumer, stats) in emitters {
+        for (value_label, v) in values(stats) {
+            let labels = [("consumer", consumer), (label, value_label)];
+            ConstCounter::new(v).encode(metric.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 fn counter(v: u64) -> Option<ConstCounter<u64>> {
@@ -442,6 +510,90 @@ impl Collector for BreakerCollector {
             "Capacity of the consumer's dead-letter queue.",
             &rows,
             |r| r.fallback_capacity.map(ConstGauge::new),
+        )?;
+        family(
+            e,
+            "breaker_emit_seconds",
+            "Time the router spent per emit to this consumer, delivered or not.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| EmitSeconds(s.emit_times)),
+        )?;
+        family(
+            e,
+            "breaker_emits_delivered",
+            "Emits that delivered their trigger (late ones included).",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.delivered)),
+        )?;
+        family(
+            e,
+            "breaker_emits_overran",
+            "Delivered emits whose call returned after the timeout.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.overran)),
+        )?;
+        by_label(
+            e,
+            "breaker_emits_diverted",
+            "Emits whose trigger went to the dead-letter queue, by reason.",
+            "reason",
+            &rows,
+            |s| {
+                vec![
+                    ("open", s.diverted_open),
+                    ("bulkhead_full", s.diverted_bulkhead),
+                    ("timed_out", s.diverted_timeout),
+                    ("failed", s.diverted_failed),
+                ]
+            },
+        )?;
+        by_label(
+            e,
+            "breaker_emits_handed_back",
+            "Emits whose trigger was handed back to the router, by reason.",
+            "reason",
+            &rows,
+            |s| {
+                vec![
+                    ("queue_full", s.handed_back_full),
+                    ("shut_down", s.handed_back_shut_down),
+                ]
+            },
+        )?;
+        family(
+            e,
+            "breaker_emits_cancelled",
+            "Async emits dropped before they finished.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.cancelled)),
+        )?;
+        family(
+            e,
+            "breaker_replayed",
+            "Queued triggers delivered by replay.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.replayed)),
+        )?;
+        family(
+            e,
+            "breaker_replay_handed_back",
+            "Queued triggers replay handed back after their last attempt.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.replay_handed_back)),
+        )?;
+        family(
+            e,
+            "breaker_bulkhead_in_flight",
+            "Calls in flight in the consumer's bulkhead.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstGauge::new(s.bulkhead_in_flight as i64)),
+        )?;
+        family(
+            e,
+            "breaker_bulkhead_rejected",
+            "Calls the consumer's bulkhead refused.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.bulkhead_rejections)),
         )?;
         by_class(
             e,

@@ -3,6 +3,7 @@
 use crate::breaker::Breaker;
 use crate::builder::BreakerBuilder;
 use crate::dlq::{Producer, Stats};
+use crate::emit::{Emitter, EmitterStats};
 use crate::error::ConfigError;
 use crate::report::Snapshot;
 use std::collections::BTreeMap;
@@ -10,12 +11,15 @@ use std::sync::Arc;
 
 /// Reads an attached queue: its depth and per-class counters.
 type Fallback = Arc<dyn Fn() -> (usize, Stats) + Send + Sync>;
-/// A consumer's row as read under the lock: name, breaker, fallback.
-type Row = (Arc<str>, Breaker, Option<(Fallback, usize)>);
+/// Reads an attached emitter's counters.
+type EmitterRead = Arc<dyn Fn() -> EmitterStats + Send + Sync>;
+/// A consumer's row as read under the lock: name, breaker, fallback, emitter.
+type Row = (Arc<str>, Breaker, Option<(Fallback, usize)>, Option<EmitterRead>);
 
 struct Entry {
     breaker: Breaker,
     fallback: Option<(Fallback, usize)>,
+    emitter: Option<EmitterRead>,
 }
 
 /// Named breakers, one per consumer: get-or-create, lookup, removal,
@@ -69,6 +73,9 @@ pub struct ConsumerSnapshot {
     pub fallback_capacity: Option<usize>,
     /// Its dead-letter queue's per-class counters, if one is attached.
     pub fallback_stats: Option<Stats>,
+    /// Its emitter's counters, if one is attached
+    /// ([`Registry::attach_emitter`]).
+    pub emitter: Option<EmitterStats>,
 }
 
 impl Registry {
@@ -111,6 +118,7 @@ impl Registry {
             Entry {
                 breaker: breaker.clone(),
                 fallback: None,
+                emitter: None,
             },
         );
         Ok(breaker)
@@ -169,6 +177,41 @@ impl Registry {
         }
     }
 
+    /// Reports `emitter` as consumer `name`'s emit path: its counters and
+    /// emit-time histogram appear in [`consumers`](Self::consumers) and in
+    /// the `breaker_emit_*` and `breaker_bulkhead_*` metrics, and its queue
+    /// as the consumer's fallback (as [`attach_fallback`](Self::attach_fallback)).
+    /// Returns false if there is no such consumer.
+    ///
+    /// ```
+    /// use tailguard::dlq::{DeadLetterQueue, Priority};
+    /// use tailguard::emit::Emitter;
+    /// use tailguard::{Breaker, Registry};
+    ///
+    /// let r = Registry::new();
+    /// let b = r.get_or_create("pricing", Breaker::builder)?;
+    /// let e = Emitter::builder(b, DeadLetterQueue::with_capacity(8)?).bulkhead(4)?.build()?;
+    /// assert!(r.attach_emitter("pricing", &e));
+    /// let _ = e.emit_blocking(1u32, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// let row = &r.consumers()[0];
+    /// assert_eq!(row.emitter.as_ref().unwrap().delivered, 1);
+    /// assert_eq!(row.fallback_capacity, Some(8));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn attach_emitter<T: Send + 'static>(&self, name: &str, emitter: &Emitter<T>) -> bool {
+        let producer = emitter.queue().clone();
+        let capacity = producer.capacity();
+        let emitter = emitter.clone();
+        match self.entries.write().get_mut(name) {
+            Some(e) => {
+                e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
+                e.emitter = Some(Arc::new(move || emitter.stats()));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Number of consumers.
     ///
     /// ```
@@ -217,11 +260,11 @@ impl Registry {
             .entries
             .read()
             .iter()
-            .map(|(n, e)| (Arc::clone(n), e.breaker.clone(), e.fallback.clone()))
+            .map(|(n, e)| (Arc::clone(n), e.breaker.clone(), e.fallback.clone(), e.emitter.clone()))
             .collect();
         // Snapshots are taken outside the registry lock.
         rows.into_iter()
-            .map(|(name, breaker, fallback)| {
+            .map(|(name, breaker, fallback, emitter)| {
                 let queue = fallback.as_ref().map(|(read, _)| read());
                 ConsumerSnapshot {
                     name,
@@ -229,6 +272,7 @@ impl Registry {
                     fallback_depth: queue.map(|(depth, _)| depth),
                     fallback_capacity: fallback.as_ref().map(|(_, cap)| *cap),
                     fallback_stats: queue.map(|(_, stats)| stats),
+                    emitter: emitter.map(|read| read()),
                 }
             })
             .collect()

@@ -510,3 +510,87 @@ fn label_values_are_escaped() {
     let text = encode_text(&registry);
     assert!(text.contains(r#"breaker_state{consumer="we\"ird\\name"} 0"#), "{text}");
 }
+
+#[test]
+fn an_attached_emitter_exports_its_emit_times_outcomes_and_bulkhead() {
+    use tailguard::emit::Emitter;
+    let clock = ManualClock::new();
+    let registry = Registry::new();
+    let b = registry
+        .get_or_create("pricing", || Breaker::builder().clock(clock.clone()).ticker(false))
+        .unwrap();
+    registry
+        .get_or_create("search", || Breaker::builder().ticker(false))
+        .unwrap();
+    let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(1).unwrap())
+        .bulkhead(2)
+        .unwrap()
+        .timeout(200 * MS)
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(registry.attach_emitter("pricing", &e));
+    // 3 µs, 3 ms and 300 ms (timed out) calls; then two rejected emits, the
+    // second of which finds the queue full.
+    for (ms_x1000, ok) in [(3u64, true), (3_000, true), (300_000, false)] {
+        let _ = e.emit_blocking(1u8, Priority::Routine, |_, _| {
+            clock.advance(Duration::from_micros(ms_x1000));
+            if ok {
+                Ok(())
+            } else {
+                Err(())
+            }
+        });
+    }
+    b.trip_now();
+    let _ = e.emit_blocking(2u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    let _ = e.emit_blocking(3u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    let text = encode_text(&registry);
+    let line = |prefix: &str| -> f64 {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+        l.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(text.contains("# TYPE breaker_emit_seconds histogram\n"), "{text}");
+    assert_eq!(line("breaker_emit_seconds_count{consumer=\"pricing\"}"), 5.0);
+    assert!((line("breaker_emit_seconds_sum{consumer=\"pricing\"}") - 0.303_003).abs() < 1e-9);
+    // Cumulative buckets: 3 µs under 2^12 ns, 3 ms under 2^22 ns, 300 ms
+    // under 2^29 ns; the two rejections took no time (under 2^10 ns).
+    let bucket = |le: &str| {
+        line(&format!(
+            "breaker_emit_seconds_bucket{{consumer=\"pricing\",le=\"{le}\"}}"
+        ))
+    };
+    assert_eq!(bucket("1.024e-06"), 2.0);
+    assert_eq!(bucket("2.048e-06"), 2.0);
+    assert_eq!(bucket("4.096e-06"), 3.0);
+    assert_eq!(bucket("0.004194304"), 4.0);
+    assert_eq!(bucket("0.268435456"), 4.0);
+    assert_eq!(bucket("0.536870912"), 5.0);
+    assert_eq!(bucket("+Inf"), 5.0);
+    assert_eq!(line("breaker_emits_delivered_total{consumer=\"pricing\"}"), 2.0);
+    assert_eq!(
+        line("breaker_emits_diverted_total{consumer=\"pricing\",reason=\"timed_out\"}"),
+        1.0
+    );
+    assert_eq!(
+        line("breaker_emits_diverted_total{consumer=\"pricing\",reason=\"open\"}"),
+        0.0
+    );
+    assert_eq!(
+        line("breaker_emits_handed_back_total{consumer=\"pricing\",reason=\"queue_full\"}"),
+        2.0
+    );
+    assert_eq!(
+        line("breaker_rejected_total{consumer=\"pricing\",reason=\"open\"}"),
+        2.0
+    );
+    assert_eq!(line("breaker_bulkhead_in_flight{consumer=\"pricing\"}"), 0.0);
+    assert_eq!(line("breaker_fallback_depth{consumer=\"pricing\"}"), 1.0);
+    assert!(
+        !text.contains("breaker_emit_seconds_count{consumer=\"search\"}"),
+        "no emitter, no series"
+    );
+}

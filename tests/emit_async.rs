@@ -1,0 +1,375 @@
+//! The async emitter on tokio's paused clock: timeouts, cancellation, async
+//! replay, and one router's three consumers kept apart.
+#![cfg(feature = "tokio")]
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tailguard::clock::ClockSource;
+use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::emit::{tick_every, Divert, Emitted, Emitter, EmitterStats, ReplayStop};
+use tailguard::{Breaker, Bulkhead, State};
+use tokio::time::{sleep, Instant};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn breaker() -> Breaker {
+    Breaker::builder()
+        .clock(ClockSource::tokio())
+        .ticker(false)
+        .half_open_probes(1)
+        .success_to_close(1)
+        .build()
+        .unwrap()
+}
+
+fn emitter(b: &Breaker, bulkhead: &Bulkhead) -> Emitter<u64> {
+    Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(1024).unwrap())
+        .shared_bulkhead(bulkhead.clone())
+        .timeout(200 * MS)
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+fn assert_conserved(s: &EmitterStats, emitted: u64) {
+    assert_eq!(s.emitted(), emitted, "{s:?}");
+    assert_eq!(
+        s.diverted(),
+        s.replayed + s.replay_handed_back + s.shutdown_drained + s.displaced + s.queued as u64 + u64::from(s.pending),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_call_is_cut_at_the_timeout_and_counts_failed_and_slow() {
+    let b = breaker();
+    let e = emitter(&b, &Bulkhead::new(4).unwrap());
+    let t0 = Instant::now();
+    let out = e
+        .emit(1, Priority::Routine, |_| async {
+            sleep(Duration::from_secs(3600)).await;
+            Ok::<_, ()>(())
+        })
+        .await;
+    assert_eq!(Instant::now() - t0, 200 * MS, "cut exactly at the deadline");
+    assert_eq!(
+        out,
+        Emitted::Diverted {
+            reason: Divert::TimedOut(200 * MS),
+            displaced: None
+        }
+    );
+    sleep(Duration::from_secs(1)).await;
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.errors, w.slow), (1, 1, 1));
+    let s = e.stats();
+    assert_eq!(
+        (s.diverted_timeout, s.bulkhead_in_flight, s.emit_times.sum()),
+        (1, 0, 200 * MS)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_sees_the_latency_the_emitter_measured() {
+    let b = breaker();
+    let e = emitter(&b, &Bulkhead::new(4).unwrap());
+    for _ in 0..100 {
+        let out = e
+            .emit(0, Priority::Routine, |_| async {
+                sleep(8 * MS).await;
+                Ok::<_, ()>(())
+            })
+            .await;
+        assert!(out.is_delivered());
+    }
+    sleep(Duration::from_secs(1)).await;
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.slow), (100, 0));
+    let p99 = w.latency.unwrap().p99;
+    assert!(p99.abs_diff(8 * MS) < 8 * MS / 20, "{p99:?}");
+    assert_eq!(e.stats().emit_times.sum(), 800 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_emit_gives_back_its_bulkhead_slot_and_its_probe_slot() {
+    let b = breaker();
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let e = emitter(&b, &bulkhead);
+    b.trip_now();
+    sleep(Duration::from_secs(60)).await; // backoff over: the next emit is the probe
+                                          // select!: the other branch wins while the probe's call hangs.
+    tokio::select! {
+        _ = e.emit(1, Priority::Routine, |_| async {
+            sleep(Duration::from_secs(10)).await;
+            Ok::<_, ()>(())
+        }) => panic!("the timer branch is first"),
+        _ = sleep(50 * MS) => {}
+    }
+    assert_eq!((bulkhead.in_flight(), b.snapshot().probes_in_flight), (0, 0));
+    assert_eq!(b.state(), State::HalfOpen);
+    // abort: the same, from a spawned task.
+    let task = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            e.emit(2, Priority::Routine, |_| async {
+                sleep(Duration::from_secs(10)).await;
+                Ok::<_, ()>(())
+            })
+            .await
+        })
+    };
+    sleep(10 * MS).await;
+    assert_eq!(
+        (bulkhead.in_flight(), b.snapshot().probes_in_flight),
+        (1, 1),
+        "in flight"
+    );
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    assert_eq!((bulkhead.in_flight(), b.snapshot().probes_in_flight), (0, 0));
+    // The slot is free: the next emit is a probe, and closes the breaker.
+    assert!(e
+        .emit(3, Priority::Routine, |_| async { Ok::<_, ()>(()) })
+        .await
+        .is_delivered());
+    assert_eq!(b.state(), State::Closed);
+    let s = e.stats();
+    assert_eq!((s.cancelled, s.delivered), (2, 1));
+    assert_conserved(&s, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_immediately_ready_call_completes_without_the_clock_moving() {
+    let b = breaker();
+    let e = emitter(&b, &Bulkhead::new(4).unwrap());
+    // On a current-thread runtime with no timers armed, a ready call
+    // completes without the clock moving, and without registering a timer
+    // that auto-advance would then jump to.
+    let t0 = Instant::now();
+    for i in 0..1000 {
+        assert!(e
+            .emit(i, Priority::Routine, |_| async { Ok::<_, ()>(()) })
+            .await
+            .is_delivered());
+    }
+    assert_eq!(Instant::now(), t0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_replay_dropped_mid_call_puts_the_trigger_back_at_the_head() {
+    let b = breaker();
+    let e = emitter(&b, &Bulkhead::new(4).unwrap());
+    b.trip_now();
+    for i in 0..3 {
+        let _ = e.emit(i, Priority::Routine, |_| async { Ok::<_, ()>(()) }).await;
+    }
+    b.reset();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    tokio::select! {
+        _ = e.replay(10, |t| {
+            seen.lock().unwrap().push(*t);
+            async { sleep(Duration::from_secs(10)).await; Ok::<_, ()>(()) }
+        }) => panic!("the timer branch is first"),
+        _ = sleep(50 * MS) => {}
+    }
+    let s = e.stats();
+    assert!(s.pending, "trigger 0 held at the head");
+    let seen2 = Arc::clone(&seen);
+    let r = e
+        .replay(10, move |t| {
+            seen2.lock().unwrap().push(*t);
+            async { Ok::<_, ()>(()) }
+        })
+        .await;
+    assert_eq!((r.delivered, r.stopped), (3, Some(ReplayStop::Empty)));
+    assert_eq!(*seen.lock().unwrap(), [0, 0, 1, 2]);
+    assert_conserved(&e.stats(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_replay_failures_time_out_and_stay_at_the_head() {
+    let b = breaker();
+    let e = emitter(&b, &Bulkhead::new(4).unwrap());
+    b.trip_now();
+    let _ = e.emit(7, Priority::Critical, |_| async { Ok::<_, ()>(()) }).await;
+    b.reset();
+    let r = e
+        .replay(10, |_| async {
+            sleep(Duration::from_secs(1)).await;
+            Ok::<_, ()>(())
+        })
+        .await;
+    assert_eq!(r.stopped, Some(ReplayStop::Failed(Divert::TimedOut(200 * MS))));
+    assert_eq!(r.handed_back, None);
+    assert!(e.stats().pending);
+    let mut drained = Vec::new();
+    e.shutdown(|t, c| drained.push((t, c)));
+    assert_eq!(drained, [(7, Priority::Critical)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_call_future_queues_its_trigger() {
+    let b = breaker();
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let e = emitter(&b, &bulkhead);
+    let task = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            e.emit(42, Priority::Critical, |_| async {
+                sleep(MS).await;
+                if true {
+                    panic!("a consumer bug (expected by this test)");
+                }
+                Ok::<_, ()>(())
+            })
+            .await
+        })
+    };
+    assert!(task.await.unwrap_err().is_panic());
+    let s = e.stats();
+    assert_eq!(
+        (s.diverted_failed, s.queued, s.bulkhead_in_flight, s.cancelled),
+        (1, 1, 0, 0)
+    );
+}
+
+/// Three consumers behind one router; one slows from 8 ms to 900 ms. The
+/// others keep their emit times, the slow one's traffic is diverted, and
+/// every trigger is accounted for.
+#[tokio::test(start_paused = true)]
+async fn one_slow_consumer_leaves_the_others_alone() {
+    let names = ["pricing", "compliance", "dispatch"];
+    let delay: Vec<Arc<AtomicU64>> = names.iter().map(|_| Arc::new(AtomicU64::new(8))).collect();
+    let received: Vec<Arc<AtomicUsize>> = names.iter().map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    let breakers: Vec<Breaker> = names
+        .iter()
+        .map(|n| {
+            Breaker::builder()
+                .name(n)
+                .clock(ClockSource::tokio())
+                .ticker(false)
+                .latency_threshold(100 * MS)
+                .window(Duration::from_secs(1))
+                .min_calls(20)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let _ticks: Vec<_> = breakers.iter().map(|b| tick_every(b, 100 * MS)).collect();
+    let emitters: Vec<Emitter<u64>> = breakers
+        .iter()
+        .map(|b| {
+            Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(1 << 14).unwrap())
+                .bulkhead(16)
+                .unwrap()
+                .timeout(200 * MS)
+                .unwrap()
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let handed_back = Arc::new(AtomicUsize::new(0));
+    // The router: a trigger per consumer every 10 ms, each emitted by its
+    // own task, for `secs` seconds.
+    let run = |secs: u64| {
+        let (emitters, delay, received, handed_back) = (
+            emitters.clone(),
+            delay.clone(),
+            received.clone(),
+            Arc::clone(&handed_back),
+        );
+        async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut tick = tokio::time::interval(10 * MS);
+            for n in 0..secs * 100 {
+                tick.tick().await;
+                for c in 0..3 {
+                    let (e, d, r, h) = (
+                        emitters[c].clone(),
+                        Arc::clone(&delay[c]),
+                        Arc::clone(&received[c]),
+                        Arc::clone(&handed_back),
+                    );
+                    tasks.spawn(async move {
+                        let out = e
+                            .emit(n, Priority::Routine, |_| {
+                                let ms = d.load(Ordering::Relaxed);
+                                async move {
+                                    r.fetch_add(1, Ordering::Relaxed);
+                                    sleep(Duration::from_millis(ms)).await;
+                                    Ok::<_, ()>(())
+                                }
+                            })
+                            .await;
+                        if matches!(
+                            out,
+                            Emitted::HandedBack { .. } | Emitted::Diverted { displaced: Some(_), .. }
+                        ) {
+                            h.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+            }
+            while tasks.join_next().await.is_some() {}
+        }
+    };
+    run(10).await;
+    let healthy: Vec<_> = emitters
+        .iter()
+        .map(|e| e.stats().emit_times.quantiles().unwrap())
+        .collect();
+    delay[0].store(900, Ordering::Relaxed);
+    let before: Vec<_> = emitters.iter().map(|e| e.stats()).collect();
+    run(20).await;
+    let after: Vec<_> = emitters.iter().map(|e| e.stats()).collect();
+    // Pricing tripped, and was diverted from then on without being called.
+    assert_eq!(breakers[0].state(), State::Open);
+    let diverted = after[0].diverted_open - before[0].diverted_open;
+    assert!(diverted > 1500, "{diverted} of 2000 diverted without a call");
+    assert!(received[0].load(Ordering::Relaxed) < 1000 + 500, "{:?}", received[0]);
+    // Compliance and dispatch: every trigger delivered, emit times as healthy.
+    for c in 1..3 {
+        assert_eq!(after[c].delivered, 3000, "{}: {:?}", names[c], after[c]);
+        assert_eq!(after[c].diverted(), 0);
+        let q = after[c].emit_times.quantiles().unwrap();
+        assert_eq!(
+            (q.p50, q.p99, q.p999),
+            (healthy[c].p50, healthy[c].p99, healthy[c].p999),
+            "{}",
+            names[c]
+        );
+        assert_eq!(breakers[c].state(), State::Closed);
+    }
+    // The router's pricing emits: a 200 ms cap at worst, then instant.
+    let q = after[0].emit_times.quantiles().unwrap();
+    assert!(q.p999 <= 210 * MS, "{q:?}");
+    for (c, s) in after.iter().enumerate() {
+        assert_eq!(s.bulkhead_in_flight, 0, "{}", names[c]);
+        assert_conserved(s, 3000);
+    }
+    assert_eq!(handed_back.load(Ordering::Relaxed), 0);
+    // Recovery: the consumer is fast again; probes close the breaker and
+    // replay delivers every diverted trigger.
+    delay[0].store(8, Ordering::Relaxed);
+    sleep(Duration::from_secs(120)).await;
+    run(1).await;
+    assert_eq!(breakers[0].state(), State::Closed, "{:?}", breakers[0].snapshot());
+    loop {
+        let r = emitters[0]
+            .replay(100, |_| async {
+                sleep(8 * MS).await;
+                Ok::<_, ()>(())
+            })
+            .await;
+        if r.stopped == Some(ReplayStop::Empty) {
+            break;
+        }
+        assert!(r.stopped.is_none(), "{:?}", r.stopped);
+    }
+    let s = emitters[0].stats();
+    assert_eq!(s.replayed, s.diverted(), "{s:?}");
+    assert_conserved(&s, 3100);
+}
