@@ -225,6 +225,12 @@ impl ClockSource {
         }
     }
 
+    /// Whether this is [`tokio`](Self::tokio)'s clock.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn is_tokio(&self) -> bool {
+        matches!(self.kind, Kind::Tokio(_))
+    }
+
     /// Whether a read costs a precise clock access (as opposed to one load).
     pub fn is_precise(&self) -> bool {
         matches!(self.kind, Kind::Precise(_))

@@ -36,7 +36,7 @@ fn assert_conserved(s: &EmitterStats, emitted: u64) {
     assert_eq!(s.emitted(), emitted, "{s:?}");
     assert_eq!(
         s.diverted(),
-        s.replayed + s.replay_handed_back + s.shutdown_drained + s.displaced + s.queued as u64 + u64::from(s.pending),
+        s.replayed + s.replay_handed_back + s.drained + s.displaced + s.queued as u64 + u64::from(s.pending),
         "{s:?}"
     );
 }

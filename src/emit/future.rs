@@ -4,6 +4,7 @@
 use super::metrics::{Count, Metrics};
 use super::{Divert, Emitted, Emitter, Inner, Pending, ReplayStop, Replayed};
 use crate::breaker::Breaker;
+use crate::clock::ClockSource;
 use crate::dlq::Priority;
 use core::future::Future;
 use core::pin::Pin;
@@ -15,13 +16,69 @@ use tokio::time::{Instant, Sleep};
 
 pin_project_lite::pin_project! {
     /// Polls the call first; only a call that is not ready at once gets a
-    /// timer (so a call that completes on its first poll pays none).
-    struct Timed<F> {
+    /// timer (so a call that completes on its first poll pays none, and no
+    /// read of tokio's clock either unless the breaker runs on it).
+    struct Timed<'c, F> {
         #[pin]
         call: F,
-        deadline: Option<Instant>,
+        deadline: When<'c>,
         #[pin]
         sleep: Option<Sleep>,
+    }
+}
+
+/// When the call's time is up.
+#[derive(Clone, Copy)]
+enum When<'c> {
+    /// At this tokio instant (the start was read on tokio's clock).
+    At(Instant),
+    /// Never: the budget reaches past what an instant can hold.
+    Never,
+    /// `budget_ns` after the reading `start` of `clock` (another clock than
+    /// tokio's): the timer is set for what is left of it when armed.
+    After {
+        clock: &'c ClockSource,
+        start: u64,
+        budget_ns: u64,
+    },
+}
+
+impl When<'_> {
+    /// The tokio instant of the deadline; `None` when it is too far to
+    /// represent (no timer then: a budget of centuries).
+    fn instant(self) -> Option<Instant> {
+        match self {
+            When::At(at) => Some(at),
+            When::Never => None,
+            When::After {
+                clock,
+                start,
+                budget_ns,
+            } => {
+                let spent = clock.delta_nanos(start, clock.raw());
+                Instant::now().checked_add(Duration::from_nanos(budget_ns.saturating_sub(spent)))
+            }
+        }
+    }
+}
+
+/// Starts an emit: one reading of the breaker's clock (if that is tokio's,
+/// the tokio instant it was taken at too) and the call's deadline.
+fn start<'c>(clock: &'c ClockSource, budget: Duration, budget_ns: u64) -> (u64, When<'c>) {
+    if clock.is_tokio() {
+        let now = Instant::now();
+        let start = clock.reading_at(now).unwrap_or_else(|| clock.raw());
+        (start, now.checked_add(budget).map_or(When::Never, When::At))
+    } else {
+        let start = clock.raw();
+        (
+            start,
+            When::After {
+                clock,
+                start,
+                budget_ns,
+            },
+        )
     }
 }
 
@@ -31,7 +88,7 @@ enum Outcome<R> {
     Panicked(Box<dyn Any + Send>),
 }
 
-impl<F: Future> Future for Timed<F> {
+impl<F: Future> Future for Timed<'_, F> {
     type Output = Outcome<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -41,10 +98,10 @@ impl<F: Future> Future for Timed<F> {
             Ok(Poll::Pending) => {}
             Err(panic) => return Poll::Ready(Outcome::Panicked(panic)),
         }
-        let Some(deadline) = *this.deadline else {
-            return Poll::Pending;
-        };
         if this.sleep.is_none() {
+            let Some(deadline) = this.deadline.instant() else {
+                return Poll::Pending;
+            };
             this.sleep.set(Some(tokio::time::sleep_until(deadline)));
         }
         match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
@@ -68,10 +125,6 @@ impl Drop for CancelGuard<'_> {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    crate::clock::duration_nanos_saturating(d)
-}
-
 impl<T> Emitter<T> {
     /// Emits `trigger` (of class `class`) through the future `call(&trigger)`
     /// returns: breaker, bulkhead, then the call, cancelled at the emitter's
@@ -84,11 +137,15 @@ impl<T> Emitter<T> {
     /// what the request needs: a serialized body, an id); the emitter keeps
     /// the trigger to queue it if the call fails.
     ///
-    /// One read of tokio's clock starts the emit: it is the deadline's
-    /// origin and the latency's start, and, when the breaker runs on
-    /// [`ClockSource::tokio`](crate::clock::ClockSource::tokio), the
-    /// breaker's admission time too (another clock is read once more). A
-    /// call that completes on its first poll gets no timer at all.
+    /// One read of the breaker's clock starts the emit: it is the breaker's
+    /// admission time, the latency's start and the deadline's origin; one
+    /// more ends it. A call that completes on its first poll gets no timer
+    /// at all; one that does not gets a tokio timer for what is left of the
+    /// budget (reading tokio's clock once then, unless the breaker runs on
+    /// [`ClockSource::tokio`](crate::clock::ClockSource::tokio), whose
+    /// start reading already was tokio's). Under a paused tokio clock
+    /// (tests), run the breaker on `ClockSource::tokio` so that latencies
+    /// and timeouts follow the same time.
     ///
     /// Dropping the returned future (a `select!` that went the other way,
     /// an aborted task) gives the bulkhead slot and the breaker permit back
@@ -128,24 +185,23 @@ impl<T> Emitter<T> {
     {
         let inner = &*self.inner;
         let clock = inner.breaker.clock();
-        let now = Instant::now();
-        let start = clock.reading_at(now).unwrap_or_else(|| clock.raw());
+        let (start, deadline) = start(clock, inner.timeout, inner.timeout_ns);
         let mut guard = CancelGuard {
             metrics: &inner.metrics,
             armed: true,
         };
         let (out, end) = match inner.admit(start) {
-            Err(not) => (inner.divert(trigger, class, not.reason()), Instant::now()),
+            Err(not) => (inner.divert(trigger, class, not.reason()), clock.raw()),
             Ok((permit, slot)) => {
-                let timed = Timed {
+                let outcome = Timed {
                     call: call(&trigger),
-                    deadline: now.checked_add(inner.timeout),
+                    deadline,
                     sleep: None,
-                };
-                let outcome = timed.await;
-                let end = Instant::now();
+                }
+                .await;
+                let end = clock.raw();
                 drop(slot);
-                let elapsed = end.saturating_duration_since(now);
+                let elapsed = Duration::from_nanos(clock.delta_nanos(start, end));
                 let out = match outcome {
                     Outcome::Done(result) => {
                         permit.record_latency(elapsed, result.is_ok());
@@ -169,7 +225,7 @@ impl<T> Emitter<T> {
             }
         };
         guard.armed = false;
-        inner.metrics.emit_time(nanos(end.saturating_duration_since(now)));
+        inner.metrics.emit_time(clock.delta_nanos(start, end));
         out
     }
 
@@ -224,8 +280,7 @@ impl<T> Emitter<T> {
                 break;
             };
             let mut held = Held { inner, item: Some(p) };
-            let now = Instant::now();
-            let start = clock.reading_at(now).unwrap_or_else(|| clock.raw());
+            let (start, deadline) = start(clock, inner.timeout, inner.timeout_ns);
             let (permit, slot) = match inner.admit(start) {
                 Ok(admitted) => admitted,
                 Err(not) => {
@@ -237,11 +292,11 @@ impl<T> Emitter<T> {
             let trigger = &held.item.as_ref().expect("held until settled").trigger;
             let outcome = Timed {
                 call: call(trigger),
-                deadline: now.checked_add(inner.timeout),
+                deadline,
                 sleep: None,
             }
             .await;
-            let elapsed = Instant::now().saturating_duration_since(now);
+            let elapsed = Duration::from_nanos(clock.delta_nanos(start, clock.raw()));
             drop(slot);
             let reason = match outcome {
                 Outcome::Done(Ok(_)) => {

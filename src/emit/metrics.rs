@@ -25,7 +25,7 @@ pub(crate) enum Count {
     Cancelled,
     Replayed,
     ReplayHandedBack,
-    ShutdownDrained,
+    Drained,
 }
 
 const COUNTS: usize = 12;
@@ -120,7 +120,7 @@ impl Metrics {
             cancelled: c(Count::Cancelled),
             replayed: c(Count::Replayed),
             replay_handed_back: c(Count::ReplayHandedBack),
-            shutdown_drained: c(Count::ShutdownDrained),
+            drained: c(Count::Drained),
         }
     }
 
@@ -142,7 +142,7 @@ pub(crate) struct Read {
     pub(crate) cancelled: u64,
     pub(crate) replayed: u64,
     pub(crate) replay_handed_back: u64,
-    pub(crate) shutdown_drained: u64,
+    pub(crate) drained: u64,
 }
 
 /// The emit-time histogram of an emitter: how long the router spent per

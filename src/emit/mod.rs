@@ -47,7 +47,7 @@
 //!
 //! - `emitted = delivered + diverted + handed_back + cancelled`
 //!   (cancelled: async emits dropped before they finished), and
-//! - `diverted = replayed + replay_handed_back + shutdown_drained +
+//! - `diverted = replayed + replay_handed_back + drained +
 //!   displaced + queued + pending` (pending: the trigger replay keeps at
 //!   the head).
 //!
@@ -375,8 +375,9 @@ pub struct EmitterStats {
     pub replayed: u64,
     /// Queued triggers replay handed back after their last attempt.
     pub replay_handed_back: u64,
-    /// Queued triggers handed to the shutdown sink.
-    pub shutdown_drained: u64,
+    /// Queued triggers handed to a [`shutdown`](Emitter::shutdown) or
+    /// [`drain`](Emitter::drain) sink.
+    pub drained: u64,
     /// Triggers in the queue now.
     pub queued: usize,
     /// Whether replay keeps a trigger at the head (taken out, not yet
@@ -683,7 +684,7 @@ impl<T> Emitter<T> {
             cancelled: r.cancelled,
             replayed: r.replayed,
             replay_handed_back: r.replay_handed_back,
-            shutdown_drained: r.shutdown_drained,
+            drained: r.drained,
             queued: inner.producer.len(),
             pending,
             emit_times: r.times,
@@ -729,19 +730,31 @@ impl<T> Emitter<T> {
         while inner.diverting.load(Ordering::Acquire) != 0 {
             crate::sync::spin(&mut backoff);
         }
-        let mut state = inner.replay.lock();
-        let mut n = 0;
-        if let Some(p) = state.pending.take() {
-            inner.metrics.count(Count::ShutdownDrained);
-            n += 1;
-            sink(p.trigger, p.class);
-        }
-        while let Some((trigger, class)) = state.queue.pop() {
-            inner.metrics.count(Count::ShutdownDrained);
-            n += 1;
-            sink(trigger, class);
-        }
-        n
+        inner.drain_locked(&mut inner.replay.lock(), usize::MAX, &mut sink)
+    }
+
+    /// Hands up to `max` queued triggers to `sink` (the one replay keeps at
+    /// the head first, then the queue in [`pop`](DeadLetterQueue::pop)
+    /// order) without shutting down: to move a backlog elsewhere (a
+    /// persistent store, another region) instead of replaying it. Returns
+    /// how many it handed over. Waits for a running blocking replay.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// b.trip_now();
+    /// for i in 0..3 {
+    ///     let _ = e.emit_blocking(i, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// }
+    /// let mut moved = Vec::new();
+    /// assert_eq!(e.drain(2, |t, _| moved.push(t)), 2);
+    /// assert_eq!((moved, e.stats().queued, e.stats().drained), (vec![0, 1], 1, 2));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn drain(&self, max: usize, mut sink: impl FnMut(T, Priority)) -> usize {
+        let inner = &*self.inner;
+        inner.drain_locked(&mut inner.replay.lock(), max, &mut sink)
     }
 
     /// Bytes of heap this emitter holds besides its breaker and queue (its
@@ -813,6 +826,18 @@ impl<T> Inner<T> {
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
             .map(|_| ReplayTurn { flag: &self.replaying })
+    }
+
+    /// Hands up to `max` triggers, head first, to `sink`.
+    fn drain_locked(&self, state: &mut ReplayState<T>, max: usize, sink: &mut impl FnMut(T, Priority)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(p) = state.next() else { break };
+            self.metrics.count(Count::Drained);
+            n += 1;
+            sink(p.trigger, p.class);
+        }
+        n
     }
 
     /// Whether replay may run: CLOSED, and not forced open.
