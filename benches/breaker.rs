@@ -14,7 +14,8 @@
 //!   isolated from the permit's drop (and why the obvious ways mislead) is
 //!   explained at `allow_closed`.
 //! * `allow_record_latency/*`: `allow` + `record_latency`, on the shared
-//!   path and on an owned `LocalHandle`. The cost of `record_latency` is this
+//!   path and on an owned `LocalHandle`; `…/shared_allow_at` with the
+//!   caller's own clock reading (`allow_at`: the breaker reads no clock). The cost of `record_latency` is this
 //!   minus `allow_closed/<clock>`; `record_latency/*` also measures it
 //!   directly.
 //! * `record_latency/*`: `record_latency` alone (permits taken outside the
@@ -206,6 +207,17 @@ fn allow_record_latency(c: &mut Criterion) {
         let br = closed_breaker(clock, 1);
         g.bench_function(format!("{name}/shared"), |b| {
             b.iter(|| br.allow().expect("closed").record_latency(black_box(LATENCY), true))
+        });
+        // The caller already read the clock (for its own timeout and
+        // latency, as the emitters do) and hands the breaker that reading:
+        // the breaker reads no clock at all.
+        let reading = br.clock().raw();
+        g.bench_function(format!("{name}/shared_allow_at"), |b| {
+            b.iter(|| {
+                br.allow_at(black_box(reading))
+                    .expect("closed")
+                    .record_latency(black_box(LATENCY), true)
+            })
         });
         let h = br.local_handle().expect("one local shard reserved");
         assert!(!h.allow().expect("closed").is_probe());

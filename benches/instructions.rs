@@ -13,13 +13,14 @@ use std::hint::black_box;
 use std::time::Duration;
 use tailguard::clock::{ClockSource, ManualClock};
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
+use tailguard::emit::{Emitted, Emitter};
 use tailguard::{Breaker, RejectReason, State};
 
 const LATENCY: Duration = Duration::from_micros(200);
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// Every operation, by name.
-const OPS: [&str; 7] = [
+const OPS: [&str; 9] = [
     "closed_allow_record_latency",
     "closed_cycle",
     "local_allow_record_latency",
@@ -27,6 +28,8 @@ const OPS: [&str; 7] = [
     "half_open_probe_cancel",
     "half_open_probe_round",
     "dlq_push_pop",
+    "emit_delivered",
+    "emit_diverted",
 ];
 
 fn closed(clock: ClockSource, local: usize) -> Breaker {
@@ -93,6 +96,46 @@ fn measure_dlq_push_pop(q: &DeadLetterQueue<u64>, n: u64) {
         let _ = black_box(q.push(i, Priority::Routine));
         black_box(q.pop());
     }
+}
+
+/// `emit_blocking` on the happy path: breaker, bulkhead, the call (which
+/// returns at once), two clock reads, the emit-time histogram.
+#[inline(never)]
+fn measure_emit_delivered(e: &Emitter<u64>, n: u64) {
+    for i in 0..n {
+        match e.emit_blocking(i, Priority::Routine, |t, _| Ok::<_, ()>(black_box(*t))) {
+            Emitted::Delivered(o) => {
+                black_box(o);
+            }
+            _ => unreachable!("happy path"),
+        }
+    }
+}
+
+/// `emit_blocking` on an OPEN breaker: rejected, queued (the queue is
+/// drained every 512, inside the count: a pop per emit).
+#[inline(never)]
+fn measure_emit_diverted(e: &Emitter<u64>, n: u64) {
+    for i in 0..n {
+        let out = e.emit_blocking(i, Priority::Routine, |t, _| Ok::<_, ()>(*t));
+        black_box(matches!(out, Emitted::Diverted { displaced: None, .. }));
+        if i % 512 == 511 {
+            e.drain(usize::MAX, |t, _| {
+                black_box(t);
+            });
+        }
+    }
+}
+
+fn emitter() -> Emitter<u64> {
+    Emitter::builder(
+        closed(ClockSource::coarse(), 0),
+        DeadLetterQueue::with_capacity(1024).expect("capacity"),
+    )
+    .bulkhead(64)
+    .expect("bound")
+    .build()
+    .expect("valid emitter")
 }
 
 /// A breaker in HALF_OPEN with `probes` slots, needing `successes` good
@@ -169,6 +212,17 @@ fn run(op: &str, n: u64) {
             assert_eq!(q.pop(), Some((0, Priority::Routine)));
             measure_dlq_push_pop(&q, n);
             assert!(q.is_empty());
+        }
+        "emit_delivered" => {
+            let e = emitter();
+            measure_emit_delivered(&e, n);
+            assert_eq!(e.stats().delivered, n);
+        }
+        "emit_diverted" => {
+            let e = emitter();
+            e.breaker().trip_now();
+            measure_emit_diverted(&e, n);
+            assert_eq!(e.stats().diverted_open, n);
         }
         other => panic!("unknown operation {other:?}; one of {OPS:?}"),
     }
