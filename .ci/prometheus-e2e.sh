@@ -267,6 +267,21 @@ if [ -z "$result" ]; then
 fi
 echo "$result"
 
+step "the emit-time histogram is ingested as one (its P99 computes)"
+q='histogram_quantile(0.99, sum by (le) (rate(breaker_emit_seconds_bucket{consumer="ledger"}[1m])))'
+for _ in $(seq 1 30); do
+  result="$(curl -fsS --max-time 2 -G "$api/query" --data-urlencode "query=$q" 2>/dev/null || true)"
+  if grep -q '"value":\[[0-9.]*,"[0-9.e+-]*"\]' <<<"$result"; then break; fi
+  result=""
+  sleep 1
+done
+if [ -z "$result" ]; then
+  echo "no P99 from breaker_emit_seconds_bucket within 30 s:" >&2
+  curl -fsS --max-time 2 -G "$api/query" --data-urlencode "query=$q" >&2 || true
+  exit 1
+fi
+echo "$result"
+
 step "the rules are loaded"
 rules="$(curl -fsS --max-time 2 "$api/rules")"
 for alert in TailguardBreakerFlapping TailguardBreakerOpenTooLong TailguardFallbackNearCapacity; do

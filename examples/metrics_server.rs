@@ -16,8 +16,11 @@
 //! calls go to a dead-letter queue that is replayed once the breaker closes
 //! again. `compliance` stays healthy, and
 //! `search` runs under `metrics_only` with slow calls, so it reports shadow
-//! rejections instead of rejecting. Windows are 100 ms long so that
-//! everything moves within a few seconds.
+//! rejections instead of rejecting. `ledger` is reached through an
+//! [`Emitter`](tailguard::emit::Emitter) (an in-process call that fails
+//! one time in a hundred: those go to its queue and are replayed), so its
+//! emit-time histogram, outcome and bulkhead series are exported too.
+//! Windows are 100 ms long so that everything moves within a few seconds.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -25,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::emit::Emitter;
 use tailguard::{Breaker, Registry, State, Ticker};
 
 const USAGE: &str = "usage: metrics_server [PORT] [--for SECONDS]";
@@ -84,7 +88,7 @@ fn search_call(i: u64, _: Duration) -> (Duration, bool) {
 type Consumer = fn(u64, Duration) -> (Duration, bool);
 
 /// Drives the consumers until `stop` is set.
-fn traffic(registry: &Registry, dlq: &DeadLetterQueue<u64>, stop: &AtomicBool) {
+fn traffic(registry: &Registry, dlq: &DeadLetterQueue<u64>, ledger: &Emitter<u64>, stop: &AtomicBool) {
     let consumers: Vec<(Breaker, Consumer)> = vec![
         (registry.get("pricing").expect("registered"), pricing_call),
         (registry.get("compliance").expect("registered"), compliance_call),
@@ -109,6 +113,14 @@ fn traffic(registry: &Registry, dlq: &DeadLetterQueue<u64>, stop: &AtomicBool) {
                 }
             }
         }
+        // The ledger, through its emitter: what fails is queued, and
+        // replayed a few at a time.
+        let _ = ledger.emit_blocking(
+            i,
+            Priority::Critical,
+            |n, _| if n % 100 == 0 { Err(()) } else { Ok(()) },
+        );
+        let _ = ledger.replay_blocking(2, |_, _| Ok::<_, ()>(()));
         // Replay the backlog once pricing is closed again.
         if pricing.state() == State::Closed {
             dlq.drain(5, |_, _| {});
@@ -195,6 +207,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .metrics_only();
     let dlq: DeadLetterQueue<u64> = DeadLetterQueue::with_capacity(4096)?;
     registry.attach_fallback("pricing", dlq.producer());
+    let ledger_breaker = registry.get_or_create("ledger", || Breaker::builder().window(window))?;
+    let ledger = Emitter::builder(ledger_breaker, DeadLetterQueue::with_capacity(1024)?)
+        .bulkhead(8)?
+        .timeout(Duration::from_millis(100))?
+        .build()?;
+    registry.attach_emitter("ledger", &ledger);
 
     let _ticker = Ticker::start()?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -202,7 +220,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (registry, stop) = (registry.clone(), Arc::clone(&stop));
         std::thread::Builder::new()
             .name("traffic".into())
-            .spawn(move || traffic(&registry, &dlq, &stop))?
+            .spawn(move || traffic(&registry, &dlq, &ledger, &stop))?
     };
 
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))?;
