@@ -58,11 +58,12 @@ fn many_threads_one_breaker_the_ticker_and_a_flapping_consumer() {
     let popped = AtomicU64::new(0);
     let too_many_probes = AtomicUsize::new(0);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    std::thread::scope(|s| {
+    let dlq = std::thread::scope(|s| {
+        let mut producers = Vec::new();
         for t in 0..4u64 {
             let (b, stop, phase, permits) = (&b, &stop, &phase, &permits);
             let (pushed, handed_back, producer) = (&pushed, &handed_back, dlq.producer());
-            s.spawn(move || {
+            producers.push(s.spawn(move || {
                 let mut n = t;
                 while !stop.load(Ordering::Relaxed) {
                     n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -95,26 +96,16 @@ fn many_threads_one_breaker_the_ticker_and_a_flapping_consumer() {
                         }
                     }
                 }
-            });
+            }));
         }
         // The consumer of the queue, draining in bursts.
         let (stop2, popped2) = (&stop, &popped);
-        s.spawn(move || {
+        let consumer = s.spawn(move || {
             while !stop2.load(Ordering::Relaxed) {
                 popped2.fetch_add(dlq.drain(16, |_, _| {}) as u64, Ordering::Relaxed);
                 std::thread::sleep(MS);
             }
-            popped2.fetch_add(dlq.drain(usize::MAX, |_, _| {}) as u64, Ordering::Relaxed);
-            assert!(dlq.is_empty());
-            let stats = dlq.stats();
-            for class in Priority::ALL {
-                let c = stats.class(class);
-                assert_eq!(
-                    c.pushed,
-                    c.popped + c.displaced + c.handed_back + c.depth,
-                    "{class:?}: {c:?}"
-                );
-            }
+            dlq // handed back for the last drain, once every producer is joined
         });
         // The flapping consumer, and the watcher of the probe limit.
         let start = Instant::now();
@@ -128,7 +119,22 @@ fn many_threads_one_breaker_the_ticker_and_a_flapping_consumer() {
             std::thread::sleep(MS / 4);
         }
         stop.store(true, Ordering::Relaxed);
+        for p in producers {
+            p.join().unwrap();
+        }
+        consumer.join().unwrap()
     });
+    // Every producer has stopped (joined above): what is still
+    // queued is drained here, not by the consumer thread, which may have
+    // drained for the last time while a producer was mid-push.
+    popped.fetch_add(dlq.drain(usize::MAX, |_, _| {}) as u64, Ordering::Relaxed);
+    assert!(dlq.is_empty());
+    let stats = dlq.stats();
+    for class in Priority::ALL {
+        let c = stats.class(class);
+        assert_eq!(c.depth, 0, "{class:?}: {c:?}");
+        assert_eq!(c.pushed, c.popped + c.displaced + c.handed_back, "{class:?}: {c:?}");
+    }
     assert_eq!(
         too_many_probes.load(Ordering::Relaxed),
         0,
