@@ -13,7 +13,7 @@
 //! | protocol (where) | models |
 //! |---|---|
 //! | transitions: a CAS over a pure decision, racing OPEN → HALF_OPEN (`state.rs`, `breaker/admission.rs`) | `racing_allow_at_open_expiry_respects_the_probe_limit`, `two_slots_three_racers` |
-//! | probe slots taken and given back (`breaker/admission.rs`, `breaker/transition.rs`) | `a_dropped_probe_returns_its_slot`, `two_slots_three_racers` |
+//! | probe slots taken and given back; a caller that loaded an earlier round retries in the new one (`breaker/admission.rs`, `breaker/transition.rs`) | `a_dropped_probe_returns_its_slot`, `two_slots_three_racers`, `a_caller_that_loaded_an_earlier_round_retries_in_the_new_one` |
 //! | probe leases stamped by the CAS that won the slot (`breaker/admission.rs`) | `a_probe_admitted_from_a_stale_word_gets_its_own_lease` |
 //! | lease expiry against the probe's verdict (`breaker/window.rs`, `breaker/admission.rs`) | `a_probe_verdict_racing_its_lease_expiry_decides_the_round_once` |
 //! | rounds and generations: the 64-bit generation, stale verdicts (`state.rs`, `breaker/transition.rs`, `breaker/permit.rs`) | `a_stale_generation_result_changes_nothing`, `a_probe_from_an_old_round_never_decides_the_new_one` |
@@ -37,7 +37,7 @@ use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
 use tailguard::clock::ManualClock;
-use tailguard::{Breaker, State};
+use tailguard::{Breaker, RejectReason, State};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -480,5 +480,45 @@ fn a_hot_path_transition_racing_an_override_is_delivered_in_order() {
         let seen = seen.lock().unwrap();
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
         assert_eq!(seen.len() as u64 + snap.events_lost, u64::from(snap.generation));
+    });
+}
+
+/// Kills, in `src/breaker/admission.rs`, `Inner::admit_half_open`:
+/// `if seen.state() != State::HalfOpen || seen.generation() != word.generation()`,
+/// `||` → `&&`.
+///
+/// With two probe slots, a caller that loaded the word of one HALF_OPEN
+/// round and finds the next round at its CAS (the first re-opened, the
+/// second began with one probe) retries in the new round, where a slot is
+/// free: it is admitted, or, if it comes late to the re-open, rejected as
+/// OPEN; never told that the probes are busy. The mutant rejects it with
+/// `ProbesBusy` when the round it finds is HALF_OPEN.
+#[test]
+fn a_caller_that_loaded_an_earlier_round_retries_in_the_new_one() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .half_open_probes(2)
+            .success_to_close(5)
+            .build()
+            .unwrap();
+        b.trip_now();
+        clock.advance(SEC);
+        let first = b.allow().unwrap(); // round 1: one slot of two
+        let b2 = b.clone();
+        let caller = thread::spawn(move || match b2.allow() {
+            Ok(p) => {
+                std::mem::forget(p); // held for the rest of the model
+                None
+            }
+            Err(r) => Some(r.reason()),
+        });
+        first.record(false); // round 1 re-opens: 2 s
+        clock.advance(2 * SEC);
+        let second = b.allow().unwrap(); // round 2: one slot of two
+        let rejected = caller.join().unwrap();
+        assert_ne!(rejected, Some(RejectReason::ProbesBusy));
+        std::mem::forget(second);
     });
 }

@@ -311,6 +311,33 @@ mod tests {
         }
     }
 
+    /// Kills `StateCell::publish` → `()` and, in `StateCell::update`,
+    /// `next.generation() != cur.generation()` with `!=` → `==` (publish on
+    /// the updates that are not transitions instead of those that are).
+    ///
+    /// `base` lags the word's full generation by at most the transitions
+    /// whose winners have not published yet: with one thread, by none.
+    /// Without publication it would fall further behind with every
+    /// transition, and past half the 30-bit range `nearest` would resolve
+    /// the word to the wrong 64-bit generation (what `tests/wrap.rs` shows
+    /// with 2^30 real transitions, in release only). Checked across the wrap.
+    #[test]
+    fn every_transition_publishes_its_full_generation() {
+        let cell = StateCell {
+            word: AtomicU64::new(Word(GEN_MASK).0), // generation 2^30 - 1
+            base: AtomicU64::new(GEN_MODULUS - 1),
+        };
+        for full in GEN_MODULUS..GEN_MODULUS + 3 {
+            let (_, stored, ()) = cell.update(|w| Decision::Set(w.transition(State::Open, Mode::Normal), ()));
+            assert_eq!(stored, Some(cell.load()));
+            assert_eq!(cell.base.load(Ordering::Relaxed), full, "published at once");
+            assert_eq!(cell.full_generation(cell.load()), full);
+            // Not a transition: same generation, nothing new to publish.
+            cell.update(|w| Decision::Set(w.with_level(w.level() + 1), ()));
+            assert_eq!(cell.base.load(Ordering::Relaxed), full);
+        }
+    }
+
     #[test]
     fn fast_path_mask_is_zero_only_in_closed_normal() {
         let closed = Word::INITIAL.with_breaches(7).with_level(3);

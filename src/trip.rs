@@ -178,6 +178,39 @@ mod tests {
         }
     }
 
+    /// Kills, in `judge`, `w.calls > 0` with `>` → `>=`.
+    ///
+    /// A span's slow count can exceed its calls: a spill moves a lane's
+    /// count into `spill_calls` and then `spill_slow`, and a drain racing it
+    /// takes `spill_calls` before and `spill_slow` after (`shard.rs`), so
+    /// the span gets slow calls without their calls (the next one gets the
+    /// calls). A span of no calls never breaches, even with `min_calls` 0
+    /// (accepted by the builder), whatever its slow count says.
+    #[test]
+    fn a_span_without_calls_never_breaches_whatever_its_slow_count() {
+        let rule = Rule {
+            min_calls: 0,
+            trip_windows: 1,
+            ..DEFAULT
+        };
+        for windows in [1, 3] {
+            let span = Input {
+                calls: 0,
+                slow: 5,
+                windows,
+                ..Input::default()
+            };
+            assert_eq!(
+                judge(&rule, &span),
+                Verdict {
+                    breaches: 0,
+                    trip: None
+                },
+                "{windows} windows"
+            );
+        }
+    }
+
     #[test]
     fn the_error_span_and_the_failure_span_are_read_apart() {
         let rule = Rule {
