@@ -1,1 +1,618 @@
-//! A tower `Layer` around any `Service` (being written).
+//! A tower [`Layer`](tower_layer::Layer) putting a breaker (and optionally a
+//! bulkhead and a timeout) around any [`Service`] (feature `tower`).
+//!
+//! [`BreakerLayer`] wraps a service in a [`BreakerService`]. Each request
+//! takes, in [`call`](Service::call) and never in
+//! [`poll_ready`](Service::poll_ready), a permit from the breaker, then a
+//! slot of the bulkhead; a request the breaker rejects or the bulkhead turns
+//! away fails at once with a [`BreakerError`] and never reaches the inner
+//! service. The response is judged by a [`Classify`]: for HTTP, a 5xx
+//! status is a failure ([`ServerErrors`], the default); an error of the
+//! inner service always is. Its latency goes to the breaker, so a slow
+//! service trips it though every response is a 200.
+//!
+//! * `poll_ready` only asks the inner service, so a `poll_ready` that is
+//!   never followed by `call` holds no permit.
+//! * Dropping the response future (a client that gave up, a `select!` that
+//!   went the other way) gives the bulkhead slot back and cancels the
+//!   permit: a probe's slot is returned at once, and the call counts as
+//!   cancelled, neither failed nor slow.
+//! * The timeout, if set, is a tokio timer armed only when the inner future
+//!   is not ready on its first poll. A request that runs past it fails with
+//!   [`BreakerError::TimedOut`] and counts in the breaker as failed and slow
+//!   ([`OwnedPermit::record_timeout`](crate::OwnedPermit::record_timeout)).
+//! * A rejection carries the breaker's [`retry_after`](BreakerError::retry_after),
+//!   for a `Retry-After` header or a client's backoff.
+//! * The classifier runs in the response future, once per response, never
+//!   inside the breaker; if it panics, the call counts as failed and the
+//!   panic goes on to the caller. So does a panic of the inner future.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tailguard::tower::{BreakerError, BreakerLayer};
+//! use tailguard::{Breaker, Bulkhead};
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! let breaker = Breaker::builder().build()?;
+//! let layer = BreakerLayer::new(breaker.clone())
+//!     .bulkhead(Bulkhead::new(64)?)
+//!     .timeout(Duration::from_millis(200))?;
+//! let mut svc = layer.layer(service_fn(|req: http::Request<()>| async move {
+//!     let status = if req.uri().path() == "/broken" { 503 } else { 200 };
+//!     Ok::<_, std::convert::Infallible>(http::Response::builder().status(status).body(()).unwrap())
+//! }));
+//!
+//! let ok = svc.ready().await?.call(http::Request::new(())).await?;
+//! assert_eq!(ok.status(), 200);
+//!
+//! breaker.trip_now(); // as after a run of 5xx or slow responses
+//! match svc.ready().await?.call(http::Request::new(())).await {
+//!     Err(BreakerError::Rejected(r)) => assert!(r.retry_after().is_some()),
+//!     other => panic!("{other:?}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use crate::breaker::{Breaker, OwnedPermit};
+use crate::bulkhead::{Bulkhead, OwnedBulkheadPermit};
+use crate::clock::duration_nanos_saturating;
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::report::Rejected;
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+/// Decides whether a response the inner service returned is a failure for
+/// the breaker. An error of the inner service is always one; this judges
+/// the `Ok` responses.
+///
+/// Implemented by [`ServerErrors`] (HTTP: 5xx), [`ErrorsOnly`] (no response
+/// is a failure) and any `Fn(&Response) -> bool` returning `true` for a
+/// failure.
+///
+/// ```
+/// use tailguard::tower::Classify;
+/// // A gRPC-style rule: a response carrying an error status fails.
+/// let rule = |r: &Result<u32, String>| r.is_err();
+/// assert!(rule.is_failure(&Err("unavailable".to_string())));
+/// assert!(!rule.is_failure(&Ok(7)));
+/// ```
+pub trait Classify<R> {
+    /// Whether `response` counts as a failed call.
+    fn is_failure(&self, response: &R) -> bool;
+}
+
+/// HTTP: a response with a 5xx status is a failure, any other is a success
+/// (a 4xx is the client's fault, not the server's). The default classifier.
+///
+/// ```
+/// use tailguard::tower::{Classify, ServerErrors};
+/// let r = |s: u16| http::Response::builder().status(s).body(()).unwrap();
+/// assert!(ServerErrors.is_failure(&r(503)));
+/// assert!(!ServerErrors.is_failure(&r(404)));
+/// assert!(!ServerErrors.is_failure(&r(200)));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerErrors;
+
+impl<B> Classify<http::Response<B>> for ServerErrors {
+    #[inline]
+    fn is_failure(&self, response: &http::Response<B>) -> bool {
+        response.status().is_server_error()
+    }
+}
+
+/// Every response is a success; only the inner service's errors (and
+/// timeouts) are failures. For services whose responses carry no status.
+///
+/// ```
+/// use tailguard::tower::{Classify, ErrorsOnly};
+/// assert!(!ErrorsOnly.is_failure(&"anything"));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ErrorsOnly;
+
+impl<R> Classify<R> for ErrorsOnly {
+    #[inline]
+    fn is_failure(&self, _: &R) -> bool {
+        false
+    }
+}
+
+impl<R, F: Fn(&R) -> bool> Classify<R> for F {
+    #[inline]
+    fn is_failure(&self, response: &R) -> bool {
+        self(response)
+    }
+}
+
+/// Why a request through a [`BreakerService`] did not get a response.
+#[derive(Debug)]
+pub enum BreakerError<E> {
+    /// The breaker rejected the request (open, every probe slot taken, or
+    /// forced open); the inner service was not called.
+    Rejected(Rejected),
+    /// Every slot of the bulkhead was taken; the inner service was not
+    /// called.
+    BulkheadFull,
+    /// The request ran past the timeout (after at least this long); its
+    /// future was dropped.
+    TimedOut(Duration),
+    /// The inner service failed (`poll_ready` or the response future).
+    Inner(E),
+}
+
+impl<E> BreakerError<E> {
+    /// When to try again, if the breaker knows: the time to its next probe
+    /// for a [`Rejected`](BreakerError::Rejected) request, `None` otherwise.
+    ///
+    /// ```
+    /// use tailguard::tower::BreakerError;
+    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// b.trip_now();
+    /// let e = BreakerError::<()>::Rejected(b.allow().unwrap_err());
+    /// assert_eq!(e.retry_after(), b.snapshot().next_probe_in);
+    /// assert_eq!(BreakerError::<()>::BulkheadFull.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            BreakerError::Rejected(r) => r.retry_after(),
+            _ => None,
+        }
+    }
+
+    /// Whether the inner service was called (timed out or failed) or not.
+    ///
+    /// ```
+    /// use tailguard::tower::BreakerError;
+    /// assert!(!BreakerError::<()>::BulkheadFull.called());
+    /// assert!(BreakerError::Inner(()).called());
+    /// ```
+    pub fn called(&self) -> bool {
+        matches!(self, BreakerError::TimedOut(_) | BreakerError::Inner(_))
+    }
+
+    /// The inner service's error, if that is what this is.
+    ///
+    /// ```
+    /// use tailguard::tower::BreakerError;
+    /// assert_eq!(BreakerError::Inner(7).into_inner(), Some(7));
+    /// assert_eq!(BreakerError::<u8>::BulkheadFull.into_inner(), None);
+    /// ```
+    pub fn into_inner(self) -> Option<E> {
+        match self {
+            BreakerError::Inner(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for BreakerError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BreakerError::Rejected(r) => write!(f, "breaker rejected the request: {r}"),
+            BreakerError::BulkheadFull => f.write_str("bulkhead full"),
+            BreakerError::TimedOut(d) => write!(f, "timed out after {d:?}"),
+            BreakerError::Inner(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for BreakerError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BreakerError::Inner(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// A tower `Layer` wrapping services in a [`BreakerService`]: one breaker
+/// (and, if set, one bulkhead) shared by every service it wraps.
+///
+/// ```
+/// use tailguard::tower::{BreakerLayer, ErrorsOnly};
+/// let layer = BreakerLayer::new(tailguard::Breaker::builder().build()?)
+///     .classify(ErrorsOnly); // a service whose responses have no status
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct BreakerLayer<C = ServerErrors> {
+    config: Config<C>,
+}
+
+/// What a layer gives each service it makes.
+#[derive(Clone)]
+struct Config<C> {
+    breaker: Breaker,
+    bulkhead: Option<Bulkhead>,
+    /// The timeout in nanoseconds; `None` for none.
+    timeout_ns: Option<u64>,
+    classify: C,
+}
+
+impl BreakerLayer<ServerErrors> {
+    /// A layer putting `breaker` around services, with no bulkhead, no
+    /// timeout, and 5xx responses counted as failures.
+    ///
+    /// ```
+    /// let layer = tailguard::tower::BreakerLayer::new(tailguard::Breaker::builder().build()?);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn new(breaker: Breaker) -> Self {
+        Self {
+            config: Config {
+                breaker,
+                bulkhead: None,
+                timeout_ns: None,
+                classify: ServerErrors,
+            },
+        }
+    }
+}
+
+impl<C> BreakerLayer<C> {
+    /// Bounds the requests in flight through the wrapped services with
+    /// `bulkhead` (shared with whatever else holds a clone of it); a request
+    /// over the bound fails at once with [`BreakerError::BulkheadFull`].
+    ///
+    /// ```
+    /// use tailguard::{Breaker, Bulkhead, tower::BreakerLayer};
+    /// let layer = BreakerLayer::new(Breaker::builder().build()?).bulkhead(Bulkhead::new(32)?);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
+        self.config.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// Cuts each request at `timeout` ([`BreakerError::TimedOut`]), counted
+    /// in the breaker as failed and slow. Needs a tokio runtime with its
+    /// timer enabled when a request outlives its first poll.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for `"timeout"` when it is zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, tower::BreakerLayer};
+    /// let layer = BreakerLayer::new(Breaker::builder().build()?);
+    /// assert_eq!(layer.clone().timeout(Duration::ZERO).unwrap_err().field(), "timeout");
+    /// let layer = layer.timeout(Duration::from_millis(250))?;
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        if timeout.is_zero() {
+            return Err(ConfigError::new(
+                "timeout",
+                ConfigErrorKind::Zero,
+                "a zero timeout would time every request out",
+            ));
+        }
+        self.config.timeout_ns = Some(duration_nanos_saturating(timeout));
+        Ok(self)
+    }
+
+    /// Judges responses with `classify` instead (see [`Classify`]).
+    ///
+    /// ```
+    /// use tailguard::{Breaker, tower::BreakerLayer};
+    /// // Count a 429 as a failure too: the consumer is shedding load.
+    /// let layer = BreakerLayer::new(Breaker::builder().build()?).classify(
+    ///     |r: &http::Response<()>| r.status().is_server_error() || r.status() == 429,
+    /// );
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn classify<D>(self, classify: D) -> BreakerLayer<D> {
+        let Config {
+            breaker,
+            bulkhead,
+            timeout_ns,
+            ..
+        } = self.config;
+        BreakerLayer {
+            config: Config {
+                breaker,
+                bulkhead,
+                timeout_ns,
+                classify,
+            },
+        }
+    }
+
+    /// The breaker the layer puts around services.
+    ///
+    /// ```
+    /// let b = tailguard::Breaker::builder().build()?;
+    /// assert!(tailguard::tower::BreakerLayer::new(b.clone()).breaker().ptr_eq(&b));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn breaker(&self) -> &Breaker {
+        &self.config.breaker
+    }
+}
+
+impl<C> fmt::Debug for BreakerLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config.fmt_fields(&mut f.debug_struct("BreakerLayer"))
+    }
+}
+
+impl<C> Config<C> {
+    fn fmt_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) -> fmt::Result {
+        d.field("breaker", &self.breaker)
+            .field("bulkhead", &self.bulkhead)
+            .field("timeout", &self.timeout_ns.map(Duration::from_nanos))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C: Clone> tower_layer::Layer<S> for BreakerLayer<C> {
+    type Service = BreakerService<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BreakerService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// A service behind a breaker (and optionally a bulkhead and a timeout);
+/// made by [`BreakerLayer`], described in the [module docs](self).
+#[derive(Clone)]
+pub struct BreakerService<S, C = ServerErrors> {
+    inner: S,
+    config: Config<C>,
+}
+
+impl<S, C> BreakerService<S, C> {
+    /// The wrapped service.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// let layer = tailguard::tower::BreakerLayer::new(tailguard::Breaker::builder().build()?);
+    /// assert_eq!(*layer.layer(7u8).get_ref(), 7);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// let layer = tailguard::tower::BreakerLayer::new(tailguard::Breaker::builder().build()?);
+    /// let mut svc = layer.layer(7u8);
+    /// *svc.get_mut() = 8;
+    /// assert_eq!(svc.into_inner(), 8);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// let layer = tailguard::tower::BreakerLayer::new(tailguard::Breaker::builder().build()?);
+    /// assert_eq!(layer.layer(7u8).into_inner(), 7);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The breaker around the service.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// let b = tailguard::Breaker::builder().build()?;
+    /// let svc = tailguard::tower::BreakerLayer::new(b.clone()).layer(());
+    /// assert!(svc.breaker().ptr_eq(&b));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn breaker(&self) -> &Breaker {
+        &self.config.breaker
+    }
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for BreakerService<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config
+            .fmt_fields(f.debug_struct("BreakerService").field("inner", &self.inner))
+    }
+}
+
+impl<S, C, Req> Service<Req> for BreakerService<S, C>
+where
+    S: Service<Req>,
+    C: Classify<S::Response> + Clone,
+{
+    type Response = S::Response;
+    type Error = BreakerError<S::Error>;
+    type Future = ResponseFuture<S::Future, C>;
+
+    /// Asks only the inner service: no permit is taken here.
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(BreakerError::Inner)
+    }
+
+    /// Takes a permit from the breaker, then a bulkhead slot, then calls
+    /// the inner service; fails at once if either is refused.
+    fn call(&mut self, req: Req) -> Self::Future {
+        let config = &self.config;
+        let permit = match config.breaker.allow_owned() {
+            Ok(permit) => permit,
+            Err(rejected) => return ResponseFuture::refused(Refusal::Rejected(rejected), config),
+        };
+        let slot = match config.bulkhead.as_ref().map(Bulkhead::try_acquire_owned) {
+            None => None,
+            Some(Ok(slot)) => Some(slot),
+            Some(Err(_)) => {
+                permit.abandon(); // never called: a probe's slot goes back
+                return ResponseFuture::refused(Refusal::BulkheadFull, config);
+            }
+        };
+        ResponseFuture {
+            kind: Kind::Called {
+                call: self.inner.call(req),
+                sleep: None,
+            },
+            permit: Some(permit),
+            _slot: slot,
+            timeout_ns: config.timeout_ns,
+            classify: config.classify.clone(),
+        }
+    }
+}
+
+/// A request turned away before the inner service saw it.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Rejected(Rejected),
+    BulkheadFull,
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        /// Turned away; `None` once that is reported.
+        Refused { refusal: Option<Refusal> },
+        /// The inner service's future, and the timer once armed.
+        Called {
+            #[pin]
+            call: F,
+            #[pin]
+            sleep: Option<Sleep>,
+        },
+        /// Timed out: the inner future is dropped.
+        Done,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of a [`BreakerService`]. Dropping it before it
+    /// completes gives the bulkhead slot back and cancels the breaker
+    /// permit (a probe's slot included).
+    pub struct ResponseFuture<F, C> {
+        #[pin]
+        kind: Kind<F>,
+        // The verdict goes in when the response is judged; `None` after.
+        permit: Option<OwnedPermit>,
+        // Held until the future completes or is dropped.
+        _slot: Option<OwnedBulkheadPermit>,
+        timeout_ns: Option<u64>,
+        classify: C,
+    }
+}
+
+impl<F, C: Clone> ResponseFuture<F, C> {
+    fn refused(refusal: Refusal, config: &Config<C>) -> Self {
+        Self {
+            kind: Kind::Refused { refusal: Some(refusal) },
+            permit: None,
+            _slot: None,
+            timeout_ns: None,
+            classify: config.classify.clone(),
+        }
+    }
+}
+
+impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("permit", &self.permit)
+            .field("timeout", &self.timeout_ns.map(Duration::from_nanos))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Nanoseconds since the permit's start, on the breaker's clock.
+fn elapsed_ns(permit: &OwnedPermit) -> u64 {
+    permit
+        .clock()
+        .map_or(0, |clock| clock.delta_nanos(permit.start(), clock.raw()))
+}
+
+impl<F, C, R, E> Future for ResponseFuture<F, C>
+where
+    F: Future<Output = Result<R, E>>,
+    C: Classify<R>,
+{
+    type Output = Result<R, BreakerError<E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let (mut call, mut sleep) = match this.kind.as_mut().project() {
+            KindProj::Refused { refusal } => {
+                return Poll::Ready(Err(match refusal.take().expect("polled after completion") {
+                    Refusal::Rejected(r) => BreakerError::Rejected(r),
+                    Refusal::BulkheadFull => BreakerError::BulkheadFull,
+                }))
+            }
+            KindProj::Called { call, sleep } => (call, sleep),
+            KindProj::Done => panic!("polled after completion"),
+        };
+        let polled = match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(polled) => polled,
+            Err(panic) => {
+                if let Some(permit) = this.permit.take() {
+                    let latency = elapsed_ns(&permit);
+                    permit.record_latency(Duration::from_nanos(latency), false);
+                }
+                resume_unwind(panic)
+            }
+        };
+        if let Poll::Ready(result) = polled {
+            let permit = this.permit.take().expect("a called request holds its permit");
+            let latency = Duration::from_nanos(elapsed_ns(&permit));
+            let ok = match &result {
+                Err(_) => false,
+                Ok(response) => match catch_unwind(AssertUnwindSafe(|| this.classify.is_failure(response))) {
+                    Ok(failure) => !failure,
+                    Err(panic) => {
+                        permit.record_latency(latency, false);
+                        resume_unwind(panic)
+                    }
+                },
+            };
+            permit.record_latency(latency, ok);
+            this._slot.take();
+            return Poll::Ready(result.map_err(BreakerError::Inner));
+        }
+        let Some(budget_ns) = *this.timeout_ns else {
+            return Poll::Pending;
+        };
+        if sleep.is_none() {
+            let permit = this.permit.as_ref().expect("a called request holds its permit");
+            let left = budget_ns.saturating_sub(elapsed_ns(permit));
+            match Instant::now().checked_add(Duration::from_nanos(left)) {
+                Some(at) => sleep.set(Some(tokio::time::sleep_until(at))),
+                None => return Poll::Pending, // centuries away: no timer
+            }
+        }
+        match sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+            Some(Poll::Ready(())) => {
+                let permit = this.permit.take().expect("a called request holds its permit");
+                let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));
+                permit.record_timeout(elapsed);
+                this._slot.take();
+                this.kind.set(Kind::Done);
+                Poll::Ready(Err(BreakerError::TimedOut(elapsed)))
+            }
+            _ => Poll::Pending,
+        }
+    }
+}

@@ -466,6 +466,12 @@ impl OwnedPermit {
     pub fn start(&self) -> u64 {
         self.start
     }
+
+    /// The breaker's clock, while the verdict is not in.
+    #[cfg(feature = "tower")]
+    pub(crate) fn clock(&self) -> Option<&crate::clock::ClockSource> {
+        self.breaker.as_ref().map(Breaker::clock)
+    }
 }
 
 impl Drop for OwnedPermit {
