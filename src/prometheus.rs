@@ -24,7 +24,8 @@
 //! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary |
 //! | `breaker_window_seconds`, `breaker_latency_threshold_seconds`, `breaker_slow_ratio_limit`, `breaker_trip_windows`, `breaker_min_calls`, `breaker_error_ratio_limit`, `breaker_error_window_seconds` | gauge | the [`Limits`](crate::Limits) windows are judged by, to read the counters against |
 //! | `breaker_emit_seconds` | histogram | time the router spent per emit, delivered or not (only consumers with an [`Emitter`](crate::emit::Emitter) attached: [`Registry::attach_emitter`](crate::Registry::attach_emitter)); buckets at powers of two from 1.024 µs to 68.7 s |
-//! | `breaker_emits_delivered_total`, `breaker_emits_overran_total`, `breaker_emits_cancelled_total` | counter | emits delivered; of those, returned after the timeout; async emits dropped unfinished |
+//! | `breaker_emits_delivered_total`, `breaker_emits_overran_total`, `breaker_emits_cancelled_total` | counter | emits delivered; of those, returned after the timeout; emits dropped unfinished (async emits dropped, panicking calls whose trigger the queue could not take) |
+//! | `breaker_emit_panic_drops_total` | counter | triggers dropped as a panicking call unwound (its own, or a lower-class one it displaced): the only triggers an emitter drops; alert on any |
 //! | `breaker_emits_diverted_total{reason}` | counter | triggers queued: `open`, `bulkhead_full`, `timed_out`, `failed` |
 //! | `breaker_emits_handed_back_total{reason}` | counter | triggers handed back to the router: `queue_full`, `shut_down` |
 //! | `breaker_replayed_total`, `breaker_replay_handed_back_total` | counter | queued triggers delivered by replay / handed back after their last attempt |
@@ -563,9 +564,16 @@ impl Collector for BreakerCollector {
         family(
             e,
             "breaker_emits_cancelled",
-            "Async emits dropped before they finished.",
+            "Emits dropped before they finished: async emits dropped, panicking calls whose trigger the queue could not take.",
             &rows,
             |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.cancelled)),
+        )?;
+        family(
+            e,
+            "breaker_emit_panic_drops",
+            "Triggers dropped as a panicking call unwound (its own, or one it displaced): the only triggers an emitter drops.",
+            &rows,
+            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.dropped_in_panics)),
         )?;
         family(
             e,

@@ -545,6 +545,16 @@ fn an_attached_emitter_exports_its_emit_times_outcomes_and_bulkhead() {
     b.trip_now();
     let _ = e.emit_blocking(2u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
     let _ = e.emit_blocking(3u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    // A call that panics while the queue is full: its trigger goes with the
+    // unwinding, counted (no emit time: the emit never finished).
+    b.reset();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.emit_blocking(4u8, Priority::Routine, |_, _| -> Result<(), ()> {
+            panic!("consumer bug")
+        })
+    }));
+    assert!(panicked.is_err());
+    b.trip_now();
     let text = encode_text(&registry);
     let line = |prefix: &str| -> f64 {
         let l = text
@@ -587,6 +597,8 @@ fn an_attached_emitter_exports_its_emit_times_outcomes_and_bulkhead() {
         line("breaker_rejected_total{consumer=\"pricing\",reason=\"open\"}"),
         2.0
     );
+    assert_eq!(line("breaker_emits_cancelled_total{consumer=\"pricing\"}"), 1.0);
+    assert_eq!(line("breaker_emit_panic_drops_total{consumer=\"pricing\"}"), 1.0);
     assert_eq!(line("breaker_bulkhead_in_flight{consumer=\"pricing\"}"), 0.0);
     assert_eq!(line("breaker_fallback_depth{consumer=\"pricing\"}"), 1.0);
     assert!(

@@ -5,9 +5,12 @@ use super::metrics::Count;
 use super::{Deadline, Divert, Emitted, Emitter, Inner, Pending, ReplayStop, Replayed};
 use crate::bulkhead::BulkheadPermit;
 use crate::dlq::Priority;
+use crate::dlq::Pushed;
 use crate::report::Rejected;
 use crate::Permit;
+use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 /// The breaker's permit and the bulkhead's slot for one call.
 pub(super) type Admitted<'a> = (Permit<'a>, Option<BulkheadPermit<'a>>);
@@ -46,14 +49,74 @@ impl<T> Inner<T> {
         Ok((permit, slot))
     }
 
-    /// A call that panicked: its trigger goes to the queue (counted as
-    /// failed) unless the queue cannot take it, when it is dropped with the
-    /// unwinding (counted as cancelled).
+    /// A call that panicked, at `start`: gives back the bulkhead slot,
+    /// counts a failure in the breaker, queues the trigger (counted as
+    /// failed, with an emit time) if the queue takes it, then resumes the
+    /// panic. What cannot be queued is dropped with the unwinding and
+    /// counted in `dropped_in_panics`: the trigger itself when the queue is
+    /// full or shut down (the emit then counts as cancelled), or the
+    /// lower-class trigger it displaced.
     #[cold]
-    pub(super) fn divert_panicked(&self, trigger: T, class: Priority) {
-        match self.divert::<(), ()>(trigger, class, Divert::Failed(())) {
-            Emitted::Diverted { displaced, .. } => drop(displaced),
-            _ => self.metrics.count(Count::Cancelled),
+    pub(super) fn panicked(
+        &self,
+        (permit, slot): Admitted<'_>,
+        trigger: T,
+        class: Priority,
+        start: u64,
+        panic: Box<dyn Any + Send>,
+    ) -> ! {
+        drop(slot);
+        let clock = self.breaker.clock();
+        let end = clock.raw();
+        permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, end)), false);
+        match self.enqueue(trigger, class) {
+            Ok(pushed) => {
+                self.metrics.count(Count::DivertedFailed);
+                if let Pushed::Displaced(..) = pushed {
+                    self.metrics.count(Count::Displaced);
+                    self.metrics.count(Count::PanicDropped);
+                }
+                self.metrics.emit_time(clock.delta_nanos(start, end));
+            }
+            Err(_) => {
+                self.metrics.count(Count::Cancelled);
+                self.metrics.count(Count::PanicDropped);
+            }
+        }
+        resume_unwind(panic)
+    }
+
+    /// Settles a call that returned `result` `elapsed_ns` after its start:
+    /// the breaker's verdict, then delivered, or diverted with its reason.
+    /// A call that returned after the timeout counts in the breaker as
+    /// timed out (failed and slow); if it succeeded it is still delivered
+    /// (the consumer has it: queueing it would deliver it twice), counted
+    /// in `overran`.
+    #[inline]
+    pub(super) fn settle<O, E>(
+        &self,
+        permit: Permit<'_>,
+        result: Result<O, E>,
+        trigger: T,
+        class: Priority,
+        elapsed_ns: u64,
+    ) -> Emitted<T, O, E> {
+        let elapsed = Duration::from_nanos(elapsed_ns);
+        if elapsed_ns > self.timeout_ns {
+            permit.record_timeout(elapsed);
+            match result {
+                Ok(o) => {
+                    self.metrics.count(Count::Overran);
+                    Emitted::Delivered(o)
+                }
+                Err(_) => self.divert(trigger, class, Divert::TimedOut(elapsed)),
+            }
+        } else {
+            permit.record_latency(elapsed, result.is_ok());
+            match result {
+                Ok(o) => Emitted::Delivered(o),
+                Err(e) => self.divert(trigger, class, Divert::Failed(e)),
+            }
         }
     }
 }
@@ -110,36 +173,11 @@ impl<T> Emitter<T> {
                 };
                 let result = match catch_unwind(AssertUnwindSafe(|| call(&trigger, &deadline))) {
                     Ok(result) => result,
-                    Err(panic) => {
-                        drop(slot);
-                        permit.record(false);
-                        inner.divert_panicked(trigger, class);
-                        resume_unwind(panic);
-                    }
+                    Err(panic) => inner.panicked((permit, slot), trigger, class, start, panic),
                 };
                 let end = clock.raw();
                 drop(slot);
-                let elapsed = clock.delta_nanos(start, end);
-                let out = if elapsed > inner.timeout_ns {
-                    permit.record_timeout(std::time::Duration::from_nanos(elapsed));
-                    match result {
-                        Ok(o) => {
-                            inner.metrics.count(Count::Overran);
-                            Emitted::Delivered(o)
-                        }
-                        Err(_) => inner.divert(
-                            trigger,
-                            class,
-                            Divert::TimedOut(std::time::Duration::from_nanos(elapsed)),
-                        ),
-                    }
-                } else {
-                    permit.record_latency(std::time::Duration::from_nanos(elapsed), result.is_ok());
-                    match result {
-                        Ok(o) => Emitted::Delivered(o),
-                        Err(e) => inner.divert(trigger, class, Divert::Failed(e)),
-                    }
-                };
+                let out = inner.settle(permit, result, trigger, class, clock.delta_nanos(start, end));
                 (out, end)
             }
         };
@@ -274,8 +312,8 @@ impl<T> Emitter<T> {
 }
 
 impl<T> super::ReplayState<T> {
-    /// The trigger at the head: the one kept from a failed attempt, else
-    /// the queue's next.
+    /// The trigger at the head: the one kept from a failed attempt (it goes
+    /// first whatever has been queued since), else the queue's next.
     pub(super) fn next(&mut self) -> Option<Pending<T>> {
         self.pending.take().or_else(|| {
             self.queue.pop().map(|(trigger, class)| Pending {

@@ -178,55 +178,70 @@ impl<T> Emitter<T> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn emit<F, Fut, O, E>(&self, trigger: T, class: Priority, call: F) -> Emitted<T, O, E>
+    pub fn emit<'a, F, Fut, O, E>(
+        &'a self,
+        trigger: T,
+        class: Priority,
+        call: F,
+    ) -> impl Future<Output = Emitted<T, O, E>> + 'a
     where
-        F: FnOnce(&T) -> Fut,
-        Fut: Future<Output = Result<O, E>>,
+        T: 'a,
+        F: FnOnce(&T) -> Fut + 'a,
+        Fut: Future<Output = Result<O, E>> + 'a,
     {
         let inner = &*self.inner;
-        let clock = inner.breaker.clock();
-        let (start, deadline) = start(clock, inner.timeout, inner.timeout_ns);
-        let mut guard = CancelGuard {
+        // Armed before the first poll: an emit dropped unpolled (a
+        // `select!` that took another branch at once) counts as cancelled.
+        let guard = CancelGuard {
             metrics: &inner.metrics,
             armed: true,
         };
-        let (out, end) = match inner.admit(start) {
-            Err(not) => (inner.divert(trigger, class, not.reason()), clock.raw()),
-            Ok((permit, slot)) => {
-                let outcome = Timed {
-                    call: call(&trigger),
-                    deadline,
-                    sleep: None,
-                }
-                .await;
-                let end = clock.raw();
-                drop(slot);
-                let elapsed = Duration::from_nanos(clock.delta_nanos(start, end));
-                let out = match outcome {
-                    Outcome::Done(result) => {
-                        permit.record_latency(elapsed, result.is_ok());
-                        match result {
-                            Ok(o) => Emitted::Delivered(o),
-                            Err(e) => inner.divert(trigger, class, Divert::Failed(e)),
+        async move {
+            let mut guard = guard; // the whole guard moves in, not its fields
+            let clock = inner.breaker.clock();
+            let (start, deadline) = start(clock, inner.timeout, inner.timeout_ns);
+            let (out, end) = match inner.admit(start) {
+                Err(not) => (inner.divert(trigger, class, not.reason()), clock.raw()),
+                Ok(admitted) => {
+                    let call = match catch_unwind(AssertUnwindSafe(|| call(&trigger))) {
+                        Ok(call) => call,
+                        Err(panic) => {
+                            guard.armed = false;
+                            inner.panicked(admitted, trigger, class, start, panic)
                         }
+                    };
+                    let outcome = Timed {
+                        call,
+                        deadline,
+                        sleep: None,
                     }
-                    Outcome::TimedOut => {
-                        permit.record_timeout(elapsed);
-                        inner.divert(trigger, class, Divert::TimedOut(elapsed))
-                    }
-                    Outcome::Panicked(panic) => {
-                        permit.record_latency(elapsed, false);
-                        guard.armed = false;
-                        inner.divert_panicked(trigger, class);
-                        resume_unwind(panic);
-                    }
-                };
-                (out, end)
-            }
-        };
-        guard.armed = false;
-        inner.metrics.emit_time(clock.delta_nanos(start, end));
-        out
+                    .await;
+                    let end = clock.raw();
+                    let (permit, slot) = admitted;
+                    let elapsed_ns = clock.delta_nanos(start, end);
+                    let out = match outcome {
+                        Outcome::Done(result) => {
+                            drop(slot);
+                            inner.settle(permit, result, trigger, class, elapsed_ns)
+                        }
+                        Outcome::TimedOut => {
+                            drop(slot);
+                            let elapsed = Duration::from_nanos(elapsed_ns);
+                            permit.record_timeout(elapsed);
+                            inner.divert(trigger, class, Divert::TimedOut(elapsed))
+                        }
+                        Outcome::Panicked(panic) => {
+                            guard.armed = false;
+                            inner.panicked((permit, slot), trigger, class, start, panic)
+                        }
+                    };
+                    (out, end)
+                }
+            };
+            guard.armed = false;
+            inner.metrics.emit_time(clock.delta_nanos(start, end));
+            out
+        }
     }
 
     /// As [`replay_blocking`](Self::replay_blocking), with async calls cut
@@ -290,37 +305,57 @@ impl<T> Emitter<T> {
                 }
             };
             let trigger = &held.item.as_ref().expect("held until settled").trigger;
+            let panicked = |held: Held<'_, T>, slot, permit: crate::Permit<'_>, panic| -> ! {
+                drop(slot);
+                permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, clock.raw())), false);
+                let mut held = held;
+                if let Some(p) = held.item.as_mut() {
+                    p.attempts = p.attempts.saturating_add(1); // kept, one attempt used
+                }
+                drop(held);
+                resume_unwind(panic)
+            };
+            let call = match catch_unwind(AssertUnwindSafe(|| call(trigger))) {
+                Ok(call) => call,
+                Err(panic) => panicked(held, slot, permit, panic),
+            };
             let outcome = Timed {
-                call: call(trigger),
+                call,
                 deadline,
                 sleep: None,
             }
             .await;
-            let elapsed = Duration::from_nanos(clock.delta_nanos(start, clock.raw()));
-            drop(slot);
+            let elapsed_ns = clock.delta_nanos(start, clock.raw());
+            let elapsed = Duration::from_nanos(elapsed_ns);
+            let late = elapsed_ns > inner.timeout_ns;
             let reason = match outcome {
+                Outcome::Panicked(panic) => panicked(held, slot, permit, panic),
                 Outcome::Done(Ok(_)) => {
-                    permit.record_latency(elapsed, true);
+                    drop(slot);
+                    if late {
+                        permit.record_timeout(elapsed); // delivered, but late
+                    } else {
+                        permit.record_latency(elapsed, true);
+                    }
                     held.item = None;
                     inner.metrics.count(Count::Replayed);
                     out.delivered += 1;
                     continue;
                 }
                 Outcome::Done(Err(e)) => {
-                    permit.record_latency(elapsed, false);
-                    Divert::Failed(e)
+                    drop(slot);
+                    if late {
+                        permit.record_timeout(elapsed);
+                        Divert::TimedOut(elapsed)
+                    } else {
+                        permit.record_latency(elapsed, false);
+                        Divert::Failed(e)
+                    }
                 }
                 Outcome::TimedOut => {
+                    drop(slot);
                     permit.record_timeout(elapsed);
                     Divert::TimedOut(elapsed)
-                }
-                Outcome::Panicked(panic) => {
-                    permit.record_latency(elapsed, false);
-                    if let Some(p) = held.item.as_mut() {
-                        p.attempts = p.attempts.saturating_add(1);
-                    }
-                    drop(held);
-                    resume_unwind(panic);
                 }
             };
             let mut p = held.item.take().expect("held until settled");

@@ -26,9 +26,10 @@ pub(crate) enum Count {
     Replayed,
     ReplayHandedBack,
     Drained,
+    PanicDropped,
 }
 
-const COUNTS: usize = 12;
+const COUNTS: usize = 13;
 /// Emit-time buckets: the breaker sketch's keys (eight per octave, 1 µs to
 /// 68.7 s), so the same quantile rule and error bound apply.
 const TIME_BUCKETS: usize = TOP + 1;
@@ -121,6 +122,7 @@ impl Metrics {
             replayed: c(Count::Replayed),
             replay_handed_back: c(Count::ReplayHandedBack),
             drained: c(Count::Drained),
+            dropped_in_panics: c(Count::PanicDropped),
         }
     }
 
@@ -143,6 +145,7 @@ pub(crate) struct Read {
     pub(crate) replayed: u64,
     pub(crate) replay_handed_back: u64,
     pub(crate) drained: u64,
+    pub(crate) dropped_in_panics: u64,
 }
 
 /// The emit-time histogram of an emitter: how long the router spent per

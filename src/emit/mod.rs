@@ -36,9 +36,10 @@
 //! consumer, a bounded number at a time, in [`pop`](crate::dlq::DeadLetterQueue::pop)
 //! order (highest class first, first in first out within a class). A
 //! trigger that fails again is kept at the head of the queue, not
-//! re-queued behind the others, so a class is never reordered; after
-//! [`replay_attempts`](EmitterBuilder::replay_attempts) failed attempts it
-//! is handed back. [`Emitter::shutdown`] hands every queued trigger to a
+//! re-queued behind the others, so a class is never reordered: the next
+//! replay starts with it, even before a higher class queued since (for at
+//! most [`replay_attempts`](EmitterBuilder::replay_attempts) failed
+//! attempts, after which it is handed back). [`Emitter::shutdown`] hands every queued trigger to a
 //! sink, so a planned restart loses nothing.
 //!
 //! Every emit is counted ([`Emitter::stats`]): its time (what the router
@@ -46,7 +47,8 @@
 //! in. Once the emitter is quiet:
 //!
 //! - `emitted = delivered + diverted + handed_back + cancelled`
-//!   (cancelled: async emits dropped before they finished), and
+//!   (cancelled: async emits dropped before they finished, and panicking
+//!   calls whose trigger the queue could not take), and
 //! - `diverted = replayed + replay_handed_back + drained +
 //!   displaced + queued + pending` (pending: the trigger replay keeps at
 //!   the head).
@@ -369,8 +371,16 @@ pub struct EmitterStats {
     pub handed_back_shut_down: u64,
     /// Queued triggers that gave way to a higher class (handed back).
     pub displaced: u64,
-    /// Async emits dropped before they finished (their trigger with them).
+    /// Emits dropped before they finished, their trigger with them: async
+    /// emits whose future was dropped, and calls that panicked when the
+    /// queue could not take their trigger.
     pub cancelled: u64,
+    /// Triggers dropped as a panicking call unwound, because nothing could
+    /// take them: the call's own when the queue was full or shut down (also
+    /// in `cancelled`), or the lower-class one its trigger displaced from a
+    /// full queue (also in `displaced`). Zero unless a call panics: the
+    /// only triggers the emitter ever drops.
+    pub dropped_in_panics: u64,
     /// Queued triggers delivered by replay.
     pub replayed: u64,
     /// Queued triggers replay handed back after their last attempt.
@@ -682,6 +692,7 @@ impl<T> Emitter<T> {
             handed_back_shut_down: r.handed_back_shut_down,
             displaced: r.displaced,
             cancelled: r.cancelled,
+            dropped_in_panics: r.dropped_in_panics,
             replayed: r.replayed,
             replay_handed_back: r.replay_handed_back,
             drained: r.drained,
@@ -775,49 +786,51 @@ impl<T> Inner<T> {
     /// Queues a trigger that was not delivered, or hands it back; counts it.
     #[inline(never)]
     fn divert<O, E>(&self, trigger: T, class: Priority, reason: Divert<E>) -> Emitted<T, O, E> {
+        match self.enqueue(trigger, class) {
+            Ok(pushed) => {
+                self.metrics.count(match reason {
+                    Divert::Open(_) => Count::DivertedOpen,
+                    Divert::BulkheadFull => Count::DivertedBulkhead,
+                    Divert::TimedOut(_) => Count::DivertedTimeout,
+                    Divert::Failed(_) => Count::DivertedFailed,
+                });
+                let displaced = match pushed {
+                    Pushed::Queued => None,
+                    Pushed::Displaced(old, old_class) => {
+                        self.metrics.count(Count::Displaced);
+                        Some((old, old_class))
+                    }
+                };
+                Emitted::Diverted { reason, displaced }
+            }
+            Err((trigger, because)) => {
+                self.metrics.count(match because {
+                    HandBack::QueueFull => Count::HandedBackFull,
+                    HandBack::ShutDown => Count::HandedBackShutDown,
+                });
+                Emitted::HandedBack {
+                    trigger,
+                    class,
+                    reason,
+                    because,
+                }
+            }
+        }
+    }
+
+    /// Queues `trigger` unless the emitter is shut down; counts nothing.
+    fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {
         if !self.closed.load(Ordering::Acquire) {
             self.diverting.fetch_add(1, Ordering::Relaxed);
             fence(Ordering::SeqCst); // see `shutdown`
             if !self.closed.load(Ordering::Relaxed) {
                 let pushed = self.producer.push(trigger, class);
                 self.diverting.fetch_sub(1, Ordering::Release);
-                return match pushed {
-                    Ok(pushed) => {
-                        self.metrics.count(match reason {
-                            Divert::Open(_) => Count::DivertedOpen,
-                            Divert::BulkheadFull => Count::DivertedBulkhead,
-                            Divert::TimedOut(_) => Count::DivertedTimeout,
-                            Divert::Failed(_) => Count::DivertedFailed,
-                        });
-                        let displaced = match pushed {
-                            Pushed::Queued => None,
-                            Pushed::Displaced(old, old_class) => {
-                                self.metrics.count(Count::Displaced);
-                                Some((old, old_class))
-                            }
-                        };
-                        Emitted::Diverted { reason, displaced }
-                    }
-                    Err(Full(trigger)) => {
-                        self.metrics.count(Count::HandedBackFull);
-                        Emitted::HandedBack {
-                            trigger,
-                            class,
-                            reason,
-                            because: HandBack::QueueFull,
-                        }
-                    }
-                };
+                return pushed.map_err(|Full(trigger)| (trigger, HandBack::QueueFull));
             }
             self.diverting.fetch_sub(1, Ordering::Release);
         }
-        self.metrics.count(Count::HandedBackShutDown);
-        Emitted::HandedBack {
-            trigger,
-            class,
-            reason,
-            because: HandBack::ShutDown,
-        }
+        Err((trigger, HandBack::ShutDown))
     }
 
     /// The replay turn, if no other replay holds it.
