@@ -92,7 +92,7 @@ impl<T> Inner<T> {
     /// timed out (failed and slow); if it succeeded it is still delivered
     /// (the consumer has it: queueing it would deliver it twice), counted
     /// in `overran`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn settle<O, E>(
         &self,
         permit: Permit<'_>,
