@@ -490,12 +490,13 @@ pin_project_lite::pin_project! {
     enum Kind<F> {
         /// Turned away; `None` once that is reported.
         Refused { refusal: Option<Refusal> },
-        /// The inner service's future, and the timer once armed.
+        /// The inner service's future, and the timer once armed (boxed: a
+        /// timer is as large as the rest of the future together, and most
+        /// requests complete without one; see `poll`).
         Called {
             #[pin]
             call: F,
-            #[pin]
-            sleep: Option<Sleep>,
+            sleep: Option<Pin<Box<Sleep>>>,
         },
         /// Timed out: the inner future is dropped.
         Done,
@@ -555,7 +556,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let (mut call, mut sleep) = match this.kind.as_mut().project() {
+        let (mut call, sleep) = match this.kind.as_mut().project() {
             KindProj::Refused { refusal } => {
                 return Poll::Ready(Err(match refusal.take().expect("polled after completion") {
                     Refusal::Rejected(r) => BreakerError::Rejected(r),
@@ -599,11 +600,11 @@ where
             let permit = this.permit.as_ref().expect("a called request holds its permit");
             let left = budget_ns.saturating_sub(elapsed_ns(permit));
             match Instant::now().checked_add(Duration::from_nanos(left)) {
-                Some(at) => sleep.set(Some(tokio::time::sleep_until(at))),
+                Some(at) => *sleep = Some(Box::pin(tokio::time::sleep_until(at))),
                 None => return Poll::Pending, // centuries away: no timer
             }
         }
-        match sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+        match sleep.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
             Some(Poll::Ready(())) => {
                 let permit = this.permit.take().expect("a called request holds its permit");
                 let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));

@@ -1,7 +1,9 @@
 //! The tower layer around a real HTTP client (hyper) talking to a real HTTP
 //! server (hyper): once over in-memory connections on tokio's paused clock,
 //! so an outage of minutes runs in milliseconds and exactly; once over
-//! loopback TCP through hyper-util's pooled client, in real time.
+//! loopback TCP (a server on 127.0.0.1, hyper-util's pooled client), whose
+//! latency the server spends on the breaker's manual clock, so neither test
+//! sleeps on the wall clock.
 #![cfg(feature = "tower")]
 
 use bytes::Bytes;
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailguard::clock::{ClockSource, ManualClock};
 use tailguard::emit::tick_every;
-use tailguard::tower::{BreakerError, BreakerLayer};
+use tailguard::tower::{BreakerError, BreakerLayer, BreakerService};
 use tailguard::{Breaker, Bulkhead, RejectReason, State};
 use tokio::time::Instant;
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -225,65 +227,149 @@ async fn an_http_consumer_that_turns_slow_then_fails_is_cut_off_and_recovered() 
     ticker.abort();
 }
 
+/// The server on 127.0.0.1 for the TCP test: its latency and its status
+/// are changed at run time; its latency is spent on the breaker's manual
+/// clock (the handler advances it), so the test needs no real sleep.
+#[derive(Clone)]
+struct Server {
+    clock: ManualClock,
+    latency_ms: Arc<AtomicU64>,
+    status: Arc<AtomicU64>,
+    received: Arc<AtomicU64>,
+}
+
+impl Server {
+    async fn handle(self, _: http::Request<Incoming>) -> Result<http::Response<Empty<Bytes>>, hyper::Error> {
+        self.received.fetch_add(1, Ordering::SeqCst);
+        self.clock.advance(MS * self.latency_ms.load(Ordering::SeqCst) as u32);
+        let status = self.status.load(Ordering::SeqCst) as u16;
+        Ok(http::Response::builder().status(status).body(Empty::new()).unwrap())
+    }
+
+    fn received(&self) -> u64 {
+        self.received.load(Ordering::SeqCst)
+    }
+}
+
 #[tokio::test]
-async fn over_tcp_hyper_util_s_client_behind_the_layer_trips_on_503s() {
-    let consumer = Consumer::default();
-    consumer.set(FAILING);
+async fn over_tcp_hyper_util_s_client_behind_the_layer_trips_on_latency_and_on_503s() {
+    let clock = ManualClock::new();
+    let server = Server {
+        clock: clock.clone(),
+        latency_ms: Arc::new(AtomicU64::new(8)),
+        status: Arc::new(AtomicU64::new(200)),
+        received: Arc::new(AtomicU64::new(0)),
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let c = consumer.clone();
-    let server = tokio::spawn(async move {
+    let s = server.clone();
+    let accept = tokio::spawn(async move {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
-            let c = c.clone();
+            let s = s.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| c.clone().handle(req));
+                let svc = hyper::service::service_fn(move |req| s.clone().handle(req));
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
                     .await;
             });
         }
     });
-    // Breaker time is driven by hand; the network runs in real time.
-    let clock = ManualClock::new();
+    const PROBES: u64 = 2;
     let breaker = Breaker::builder()
         .clock(clock.clone())
         .ticker(false)
-        .window(100 * MS)
+        .window(Duration::from_secs(60))
+        .error_window(Duration::from_secs(60))
+        .latency_threshold(100 * MS)
         .trip_windows(1)
         .min_calls(5)
+        .half_open_probes(PROBES as u32)
+        .success_to_close(PROBES as u32)
         .build()
         .unwrap();
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut svc = BreakerLayer::new(breaker.clone())
-        .timeout(Duration::from_secs(30))
-        .unwrap()
-        .layer(client);
+    let svc = BreakerLayer::new(breaker.clone()).layer(client);
     let uri = format!("http://{addr}/quote");
-    let request = || http::Request::get(&uri).body(Empty::new()).unwrap();
+    type Client = hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
+    let send = |svc: &BreakerService<Client>| {
+        let svc = svc.clone();
+        let req = http::Request::get(&uri).body(Empty::new()).unwrap();
+        async move {
+            let r = svc.oneshot(req).await;
+            match r {
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    r.into_body().collect().await.unwrap();
+                    Ok(status)
+                }
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let close_window = || {
+        clock.advance(Duration::from_secs(60));
+        breaker.tick();
+        breaker.snapshot()
+    };
+
+    // Healthy: 8 ms answers.
     for _ in 0..10 {
-        let r = svc.ready().await.unwrap().call(request()).await.unwrap();
-        assert_eq!(r.status(), 503);
-        r.into_body().collect().await.unwrap();
+        assert_eq!(send(&svc).await.unwrap(), 200);
     }
-    clock.advance(100 * MS);
-    breaker.tick();
-    let s = breaker.snapshot();
-    assert_eq!(
-        (s.state, s.totals.calls, s.totals.errors),
-        (State::Open, 10, 10),
-        "{s:?}"
-    );
+    assert_eq!(close_window().state, State::Closed);
+
+    // The server slows to 900 ms (all 200s): the window's calls are slow,
+    // and its close trips the breaker on latency.
+    server.latency_ms.store(900, Ordering::SeqCst);
     for _ in 0..10 {
-        let e = svc.ready().await.unwrap().call(request()).await.unwrap_err();
-        assert!(matches!(e, BreakerError::Rejected(_)), "{e:?}");
+        assert_eq!(send(&svc).await.unwrap(), 200);
+    }
+    let s = close_window();
+    assert_eq!((s.state, s.window.slow, s.window.errors), (State::Open, 10, 0), "{s:?}");
+
+    // Open: rejected without reaching the server, with when to retry.
+    let before = server.received();
+    for _ in 0..20 {
+        let e = send(&svc).await.unwrap_err();
+        assert!(
+            matches!(e, BreakerError::Rejected(r) if r.reason() == RejectReason::Open),
+            "{e:?}"
+        );
         assert!(e.retry_after().is_some());
     }
-    assert_eq!(consumer.received(), 10, "nothing reached the server while open");
-    consumer.set(HEALTHY);
+    assert_eq!(server.received(), before, "nothing reached the server while open");
+
+    // Recovered: twenty requests at once when the backoff runs out; only the
+    // probes reach the server, and their successes close the breaker.
+    server.latency_ms.store(8, Ordering::SeqCst);
     clock.advance(breaker.snapshot().next_probe_in.unwrap());
-    let r = svc.ready().await.unwrap().call(request()).await.unwrap();
-    assert_eq!(r.status(), 200);
-    server.abort();
+    let burst: Vec<_> = (0..20).map(|_| tokio::spawn(send(&svc))).collect();
+    let mut delivered = 0;
+    for r in burst {
+        match r.await.unwrap() {
+            Ok(200) => delivered += 1,
+            Err(BreakerError::Rejected(r)) => {
+                assert!(matches!(r.reason(), RejectReason::ProbesBusy | RejectReason::Open));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let probes_seen = server.received() - before;
+    assert_eq!(probes_seen, PROBES, "the server saw only the probes while half-open");
+    assert_eq!(delivered, PROBES);
+    assert_eq!(breaker.state(), State::Closed, "the probes' successes closed it");
+
+    // Now the server fails fast with 503s: it trips on the error rate (in
+    // the first window begun after the recovery: one that began before it
+    // never trips the recovered consumer).
+    assert_eq!(close_window().state, State::Closed);
+    server.status.store(503, Ordering::SeqCst);
+    for _ in 0..10 {
+        assert_eq!(send(&svc).await.unwrap(), 503, "a 503 is passed through");
+    }
+    let s = close_window();
+    assert_eq!((s.state, s.window.errors), (State::Open, 10), "{s:?}");
+    accept.abort();
 }
