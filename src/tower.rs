@@ -155,11 +155,14 @@ impl<E> BreakerError<E> {
     /// for a [`Rejected`](BreakerError::Rejected) request, `None` otherwise.
     ///
     /// ```
-    /// use tailguard::tower::BreakerError;
-    /// let b = tailguard::Breaker::builder().build().unwrap();
-    /// b.trip_now();
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, tower::BreakerError};
+    /// let clock = ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// b.trip_now(); // OPEN for 1 s
+    /// clock.advance(Duration::from_millis(300));
     /// let e = BreakerError::<()>::Rejected(b.allow().unwrap_err());
-    /// assert_eq!(e.retry_after(), b.snapshot().next_probe_in);
+    /// assert_eq!(e.retry_after(), Some(Duration::from_millis(700)));
     /// assert_eq!(BreakerError::<()>::BulkheadFull.retry_after(), None);
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {

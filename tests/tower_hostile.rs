@@ -1,0 +1,3 @@
+#![cfg(feature = "tower")]
+#[test]
+fn smoke() {}
