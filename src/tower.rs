@@ -11,21 +11,36 @@
 //! inner service always is. Its latency goes to the breaker, so a slow
 //! service trips it though every response is a 200.
 //!
-//! * `poll_ready` only asks the inner service, so a `poll_ready` that is
-//!   never followed by `call` holds no permit.
+//! * `poll_ready` holds no permit, so a `poll_ready` that is never followed
+//!   by `call` leaves nothing taken. It asks the inner service, except while
+//!   the breaker is OPEN: then it checks the breaker first, and if the
+//!   breaker rejects, it is ready at once and the next `call` fails with
+//!   that rejection, however long the inner service would take to be ready
+//!   (a full concurrency limit behind an open breaker still fails fast).
 //! * Dropping the response future (a client that gave up, a `select!` that
 //!   went the other way) gives the bulkhead slot back and cancels the
-//!   permit: a probe's slot is returned at once, and the call counts as
-//!   cancelled, neither failed nor slow.
+//!   permit: a probe's slot is returned at once, and the call counts as the
+//!   breaker's [`on_cancel`](crate::BreakerBuilder::on_cancel) policy says
+//!   (by default as cancelled, neither failed nor slow; with
+//!   `track_in_flight`, a call a window close already counted as slow in
+//!   flight stays counted so).
 //! * The timeout, if set, is a tokio timer armed only when the inner future
-//!   is not ready on its first poll. A request that runs past it fails with
-//!   [`BreakerError::TimedOut`] and counts in the breaker as failed and slow
-//!   ([`OwnedPermit::record_timeout`](crate::OwnedPermit::record_timeout)).
+//!   is not ready on its first poll (the timer is then boxed: one
+//!   allocation, for a request already waiting on I/O). A request that runs
+//!   past it fails with [`BreakerError::TimedOut`] and counts in the
+//!   breaker as a timeout
+//!   ([`OwnedPermit::record_timeout`](crate::OwnedPermit::record_timeout):
+//!   failed and slow). A response that completes past the timeout in the
+//!   same poll as the timer fires (a late wake-up) is returned, since it
+//!   exists, but counted as a timeout too. (With `track_in_flight`, a
+//!   request a window close already counted as slow in flight is counted
+//!   once, as slow.)
 //! * A rejection carries the breaker's [`retry_after`](BreakerError::retry_after),
 //!   for a `Retry-After` header or a client's backoff.
 //! * The classifier runs in the response future, once per response, never
 //!   inside the breaker; if it panics, the call counts as failed and the
-//!   panic goes on to the caller. So does a panic of the inner future.
+//!   panic goes on to the caller. So does a panic of the inner service's
+//!   `call` or of its future.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -60,7 +75,7 @@ use crate::breaker::{Breaker, OwnedPermit};
 use crate::bulkhead::{Bulkhead, OwnedBulkheadPermit};
 use crate::clock::duration_nanos_saturating;
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::report::Rejected;
+use crate::report::{Rejected, State};
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
@@ -146,7 +161,9 @@ pub enum BreakerError<E> {
     /// The request ran past the timeout (after at least this long); its
     /// future was dropped.
     TimedOut(Duration),
-    /// The inner service failed (`poll_ready` or the response future).
+    /// The inner service failed (`poll_ready` or the response future). Its
+    /// error is this error's [`source`](std::error::Error::source), not
+    /// repeated in its `Display`.
     Inner(E),
 }
 
@@ -204,7 +221,7 @@ impl<E: fmt::Display> fmt::Display for BreakerError<E> {
             BreakerError::Rejected(r) => write!(f, "breaker rejected the request: {r}"),
             BreakerError::BulkheadFull => f.write_str("bulkhead full"),
             BreakerError::TimedOut(d) => write!(f, "timed out after {d:?}"),
-            BreakerError::Inner(e) => write!(f, "{e}"),
+            BreakerError::Inner(_) => f.write_str("the inner service failed"),
         }
     }
 }
@@ -365,16 +382,30 @@ impl<S, C: Clone> tower_layer::Layer<S> for BreakerLayer<C> {
         BreakerService {
             inner,
             config: self.config.clone(),
+            refusal: None,
         }
     }
 }
 
 /// A service behind a breaker (and optionally a bulkhead and a timeout);
 /// made by [`BreakerLayer`], described in the [module docs](self).
-#[derive(Clone)]
 pub struct BreakerService<S, C = ServerErrors> {
     inner: S,
     config: Config<C>,
+    /// A rejection `poll_ready` found while the breaker was OPEN, for the
+    /// next `call`.
+    refusal: Option<Rejected>,
+}
+
+impl<S: Clone, C: Clone> Clone for BreakerService<S, C> {
+    /// A clone is not ready: it does not inherit a pending refusal.
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            config: self.config.clone(),
+            refusal: None,
+        }
+    }
 }
 
 impl<S, C> BreakerService<S, C> {
@@ -446,16 +477,33 @@ where
     type Error = BreakerError<S::Error>;
     type Future = ResponseFuture<S::Future, C>;
 
-    /// Asks only the inner service: no permit is taken here.
+    /// Asks the inner service; while the breaker is OPEN, asks the breaker
+    /// first (see the [module docs](self)). No permit is held after it.
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.refusal.is_none() && self.config.breaker.state() == State::Open {
+            match self.config.breaker.allow() {
+                Err(rejected) => self.refusal = Some(rejected),
+                // The backoff ran out just now: that was a probe's slot;
+                // give it back, and let `call` take one if the inner service
+                // gets ready.
+                Ok(probe) => probe.abandon(),
+            }
+        }
+        if self.refusal.is_some() {
+            return Poll::Ready(Ok(()));
+        }
         self.inner.poll_ready(cx).map_err(BreakerError::Inner)
     }
 
     /// Takes a permit from the breaker, then a bulkhead slot, then calls
-    /// the inner service; fails at once if either is refused.
+    /// the inner service; fails at once if either is refused (or if
+    /// `poll_ready` found the breaker rejecting).
     fn call(&mut self, req: Req) -> Self::Future {
         let config = &self.config;
+        if let Some(rejected) = self.refusal.take() {
+            return ResponseFuture::refused(Refusal::Rejected(rejected), config);
+        }
         let permit = match config.breaker.allow_owned() {
             Ok(permit) => permit,
             Err(rejected) => return ResponseFuture::refused(Refusal::Rejected(rejected), config),
@@ -468,11 +516,17 @@ where
                 return ResponseFuture::refused(Refusal::BulkheadFull, config);
             }
         };
+        let call = match catch_unwind(AssertUnwindSafe(|| self.inner.call(req))) {
+            Ok(call) => call,
+            Err(panic) => {
+                let latency = Duration::from_nanos(elapsed_ns(&permit));
+                drop(slot);
+                permit.record_latency(latency, false);
+                resume_unwind(panic)
+            }
+        };
         ResponseFuture {
-            kind: Kind::Called {
-                call: self.inner.call(req),
-                sleep: None,
-            },
+            kind: Kind::Called { call, sleep: None },
             permit: Some(permit),
             _slot: slot,
             timeout_ns: config.timeout_ns,
@@ -580,8 +634,17 @@ where
             }
         };
         if let Poll::Ready(result) = polled {
+            this.kind.set(Kind::Done);
             let permit = this.permit.take().expect("a called request holds its permit");
-            let latency = Duration::from_nanos(elapsed_ns(&permit));
+            let latency_ns = elapsed_ns(&permit);
+            let latency = Duration::from_nanos(latency_ns);
+            if this.timeout_ns.is_some_and(|budget| latency_ns > budget) {
+                // Past the timeout (the timer fired in this same poll, or
+                // the wake-up came late): returned, counted as a timeout.
+                permit.record_timeout(latency);
+                this._slot.take();
+                return Poll::Ready(result.map_err(BreakerError::Inner));
+            }
             let ok = match &result {
                 Err(_) => false,
                 Ok(response) => match catch_unwind(AssertUnwindSafe(|| this.classify.is_failure(response))) {
