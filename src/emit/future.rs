@@ -150,8 +150,12 @@ impl<T> Emitter<T> {
     /// Dropping the returned future (a `select!` that went the other way,
     /// an aborted task) gives the bulkhead slot and the breaker permit back
     /// (a probe's slot included) and drops the trigger, counted in
-    /// [`cancelled`](super::EmitterStats::cancelled). If the call panics,
-    /// its trigger is queued first (as failed) and the panic resumes.
+    /// [`cancelled`](super::EmitterStats::cancelled), even if it was never
+    /// polled. If `call` or its future panics, the trigger is queued first
+    /// (as failed) and the panic resumes. A call that completes past the
+    /// deadline in the same poll as the timer fires (a late wake-up) is
+    /// delivered, as with [`emit_blocking`](Emitter::emit_blocking), and
+    /// counted by the breaker as timed out and in `overran`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
