@@ -123,4 +123,39 @@ mod api {
             assert_eq!(s.next_probe_in, Some(next_probe_in), "slow path, {back:?} back");
         }
     }
+
+    /// Kills, in `src/breaker/admission.rs`, `Inner::release_lease` → `()`.
+    ///
+    /// A probe that answered gives its lease entry back at once: the round
+    /// goes on (more good probes needed to close), and a quiet spell longer
+    /// than the lease before the next probe is no sign of a leaked probe.
+    /// The mutant leaves the answered probe's lease stamped, and the next
+    /// caller finds it "out" past its lease: the breaker re-opens
+    /// (`ProbeLeaseExpired`) though no probe is in flight.
+    #[test]
+    fn an_answered_probe_s_lease_is_given_back_so_a_quiet_spell_reopens_nothing() {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .ticker(false)
+            .base_backoff(SEC)
+            .half_open_probes(1)
+            .success_to_close(2)
+            .probe_lease(SEC)
+            .build()
+            .unwrap();
+        b.trip_now();
+        clock.advance(SEC);
+        b.allow().unwrap().record_latency(MS, true); // probe 1 of 2: good
+        clock.advance(10 * SEC); // nobody calls for ten leases
+        let s = b.snapshot();
+        assert_eq!(
+            (s.state, s.probes_in_flight, s.probe_successes),
+            (State::HalfOpen, 0, 1)
+        );
+        let probe = b.allow().expect("the second probe is admitted; nothing re-opened");
+        probe.record_latency(MS, true);
+        let s = b.snapshot();
+        assert_eq!((s.state, s.trip_count), (State::Closed, 1), "{s:?}");
+    }
 }
