@@ -122,13 +122,18 @@ pub struct Report {
     /// Seconds from the outage's start to pricing's breaker opening; `None`
     /// if it never opened (or the strategy has no breaker).
     pub trip_after_s: Option<f64>,
-    /// Seconds from the outage's end to pricing's breaker closed for good.
+    /// Seconds from the outage's end to pricing's breaker closed for good
+    /// (negative if it closed for good before the outage ended).
     pub close_after_recovery_s: Option<f64>,
     pub sent: u64,
     pub delivered: u64,
     pub diverted: u64,
     pub replayed: u64,
+    /// Handed back to the router (the queue full, nothing below to give
+    /// way): not lost, but the router's to keep (this scenario counts them
+    /// and sets them aside; a real router retries or persists them).
     pub handed_back: u64,
+    /// Dropped: timed out or rejected with no fallback to take them.
     pub lost: u64,
     /// Triggers still queued at the end (0 once replay has drained).
     pub still_queued: u64,
@@ -227,9 +232,12 @@ fn latency_breaker() -> Breaker {
         .base_backoff(Duration::from_secs(1))
         .max_backoff(Duration::from_secs(8))
         .half_open_probes(2)
-        // A sick tail shows in few probes (10% here): it takes thirty good
-        // probes in a row to close.
-        .success_to_close(30)
+        // A sick tail shows in few probes (10% here): it takes a hundred
+        // good probes in a row to close (0.9^100: a sick pricing passes
+        // them once in 38,000 rounds). The probes are live traffic, two at a
+        // time: at 100 triggers a second a healthy pricing passes them in
+        // about a second.
+        .success_to_close(100)
         .build()
         .expect("valid settings")
 }
@@ -342,8 +350,8 @@ pub async fn run_strategy(strategy: Strategy, cfg: Config, progress: impl Fn(Str
     });
 
     // Replay: every 200 ms, up to 50 queued triggers per consumer, once its
-    // breaker is closed; the behaviour of each is drawn anew (the consumer
-    // as it is now).
+    // breaker is closed; the behaviour of each is drawn anew when it is
+    // called (the consumer as it is then).
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let replayer = if strategy == Strategy::Tailguard {
         let paths = paths.clone();
@@ -357,15 +365,8 @@ pub async fn run_strategy(strategy: Strategy, cfg: Config, progress: impl Fn(Str
                 sleep_until(at).await;
                 for (i, path) in paths.iter().enumerate() {
                     if let Path::Emitter(e) = &**path {
-                        let now_ms = ms_since(Instant::now());
-                        let draws: Vec<Behaviour> = (0..50).map(|_| behaviour(&mut rng, i, now_ms, &cfg)).collect();
-                        let mut k = 0;
                         let _ = e
-                            .replay(50, |_| {
-                                let b = draws[k.min(49)];
-                                k += 1;
-                                call(b)
-                            })
+                            .replay(50, |_| call(behaviour(&mut rng, i, ms_since(Instant::now()), &cfg)))
                             .await;
                     }
                 }
@@ -375,7 +376,8 @@ pub async fn run_strategy(strategy: Strategy, cfg: Config, progress: impl Fn(Str
         None
     };
 
-    // The arrivals: one trigger per consumer every 1/rate s, staggered.
+    // The arrivals: one trigger per consumer every 1/rate s (the three at
+    // the same instant).
     let mut rng = Rng(cfg.seed);
     let step = Duration::from_nanos(1_000_000_000 / cfg.rate.max(1));
     let mut tasks = Vec::new();
@@ -542,7 +544,7 @@ pub async fn run_strategy(strategy: Strategy, cfg: Config, progress: impl Fn(Str
     let close_after_recovery_s = trip_after_s.and_then(|_| {
         let last_not_closed = states.iter().rposition(|(_, s)| *s != State::Closed)?;
         let (t, _) = states.get(last_not_closed + 1)?;
-        Some(((*t - outage_ms).max(0)) as f64 / 1000.0)
+        Some((*t - outage_ms) as f64 / 1000.0)
     });
     let timeline_state = (0..buckets)
         .map(|b| {
