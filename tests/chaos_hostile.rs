@@ -1,6 +1,8 @@
 //! Hostile checks of the chaos comparison (`examples/chaos`): its figures
-//! and the claims of the README's "The demonstration" section.
-#![cfg(feature = "tokio")]
+//! and the claims of the README's "The demonstration" section, over many
+//! seeds. Release builds only (a few hundred scenario runs; `.ci/run` runs
+//! it): `cargo test --release --features tokio --test chaos_hostile`.
+#![cfg(all(feature = "tokio", not(debug_assertions)))]
 
 #[allow(dead_code)]
 #[path = "../examples/chaos/scenario.rs"]
@@ -22,10 +24,16 @@ fn chaos_rs_claims(seed: u64, reports: &[Report]) -> Vec<String> {
     let tg = by(reports, Strategy::Tailguard);
     let [_, p99, _] = tg.router_outage_ms;
     if p99 * 10.0 > none.router_outage_ms[1] {
-        bad.push(format!("seed {seed}: router P99 {p99} not 10x below {:?}", none.router_outage_ms));
+        bad.push(format!(
+            "seed {seed}: router P99 {p99} not 10x below {:?}",
+            none.router_outage_ms
+        ));
     }
     if p99 > 2.0 * tg.router_p99_ms_healthy {
-        bad.push(format!("seed {seed}: router P99 {p99} > 2 x healthy {}", tg.router_p99_ms_healthy));
+        bad.push(format!(
+            "seed {seed}: router P99 {p99} > 2 x healthy {}",
+            tg.router_p99_ms_healthy
+        ));
     }
     match tg.trip_after_s {
         None => bad.push(format!("seed {seed}: tailguard never tripped")),
@@ -43,7 +51,9 @@ fn chaos_rs_claims(seed: u64, reports: &[Report]) -> Vec<String> {
     let compliance = tg.consumer_p99_ms_outage[1];
     let healthy = tg.consumer_p99_ms_healthy[1];
     if compliance > 1.1 * healthy {
-        bad.push(format!("seed {seed}: compliance P99 {compliance} outage vs {healthy} healthy"));
+        bad.push(format!(
+            "seed {seed}: compliance P99 {compliance} outage vs {healthy} healthy"
+        ));
     }
     if tg.lost != 0 || tg.handed_back != 0 || tg.diverted == 0 || tg.still_queued != 0 {
         bad.push(format!(
@@ -52,10 +62,16 @@ fn chaos_rs_claims(seed: u64, reports: &[Report]) -> Vec<String> {
         ));
     }
     if tg.replayed != tg.diverted {
-        bad.push(format!("seed {seed}: replayed {} != diverted {}", tg.replayed, tg.diverted));
+        bad.push(format!(
+            "seed {seed}: replayed {} != diverted {}",
+            tg.replayed, tg.diverted
+        ));
     }
     if tg.sent != tg.delivered + tg.diverted {
-        bad.push(format!("seed {seed}: sent {} != delivered {} + diverted {}", tg.sent, tg.delivered, tg.diverted));
+        bad.push(format!(
+            "seed {seed}: sent {} != delivered {} + diverted {}",
+            tg.sent, tg.delivered, tg.diverted
+        ));
     }
     if tg.close_after_recovery_s.is_none() {
         bad.push(format!("seed {seed}: never closed again"));
@@ -122,7 +138,10 @@ fn the_readme_claims_on_the_other_strategies_hold_for_seeds_1_to_20() {
             bad.push(format!("seed {seed}: timeout lost nothing"));
         }
         if none.consumer_p99_ms_outage[1] < 1000.0 {
-            bad.push(format!("seed {seed}: no breaker compliance P99 {}", none.consumer_p99_ms_outage[1]));
+            bad.push(format!(
+                "seed {seed}: no breaker compliance P99 {}",
+                none.consumer_p99_ms_outage[1]
+            ));
         }
     }
     assert!(bad.is_empty(), "{} failures:\n{}", bad.len(), bad.join("\n"));
@@ -133,7 +152,10 @@ fn the_readme_claims_on_the_other_strategies_hold_for_seeds_1_to_20() {
 #[test]
 fn every_strategy_accounts_for_every_trigger() {
     for spike in [Spike::Latency { slow_percent: 10 }, Spike::Errors { error_percent: 60 }] {
-        let cfg = Config { spike, ..Config::standard(42) };
+        let cfg = Config {
+            spike,
+            ..Config::standard(42)
+        };
         for r in scenario::run_all(cfg, false, |_, _| {}) {
             assert_eq!(r.sent, 18_000, "{spike:?} {}", r.strategy.name());
             assert!(
@@ -188,16 +210,25 @@ fn survey_tailguard_over_200_seeds() {
         }
         // timeline_state[i] is the state at t = i * 0.1 - 10 s; the outage
         // after the trip: t in [3, 30) s -> i in [130, 400).
-        if tg.timeline_state[130..400].iter().any(|s| *s == State::Closed) {
+        if tg.timeline_state[130..400].contains(&State::Closed) {
             closed_in_outage.push(seed);
         }
         if tg.close_after_recovery_s == Some(0.0) {
             close_zero.push(seed);
         }
     }
-    eprintln!("router P99 above healthy: {} seeds {above_healthy:?}", above_healthy.len());
-    eprintln!("router P99 at the 200 ms timeout: {} seeds {at_timeout:?}", at_timeout.len());
-    eprintln!("breaker CLOSED during the outage (after 3 s): {} seeds {closed_in_outage:?}", closed_in_outage.len());
+    eprintln!(
+        "router P99 above healthy: {} seeds {above_healthy:?}",
+        above_healthy.len()
+    );
+    eprintln!(
+        "router P99 at the 200 ms timeout: {} seeds {at_timeout:?}",
+        at_timeout.len()
+    );
+    eprintln!(
+        "breaker CLOSED during the outage (after 3 s): {} seeds {closed_in_outage:?}",
+        closed_in_outage.len()
+    );
     eprintln!("close_after_recovery_s == 0.0: {close_zero:?}");
     assert!(at_timeout.is_empty() && closed_in_outage.is_empty());
 }
@@ -207,7 +238,10 @@ fn survey_tailguard_over_200_seeds() {
 fn the_error_spike_claims_hold_for_seeds_1_to_20() {
     let mut bad = Vec::new();
     for seed in 1..=20 {
-        let cfg = Config { spike: Spike::Errors { error_percent: 60 }, ..Config::standard(seed) };
+        let cfg = Config {
+            spike: Spike::Errors { error_percent: 60 },
+            ..Config::standard(seed)
+        };
         let reports = scenario::run_all(cfg, false, |_, _| {});
         let errors = by(&reports, Strategy::ErrorOnly);
         let tg = by(&reports, Strategy::Tailguard);
@@ -218,7 +252,10 @@ fn the_error_spike_claims_hold_for_seeds_1_to_20() {
         if errors.lost == 0 {
             bad.push(format!("seed {seed}: error-only lost nothing"));
         }
-        if (tg.lost, tg.handed_back, tg.still_queued) != (0, 0, 0) || tg.replayed != tg.diverted || tg.sent != tg.delivered + tg.diverted {
+        if (tg.lost, tg.handed_back, tg.still_queued) != (0, 0, 0)
+            || tg.replayed != tg.diverted
+            || tg.sent != tg.delivered + tg.diverted
+        {
             bad.push(format!(
                 "seed {seed}: lost {} hb {} queued {} replayed {} diverted {} sent {} delivered {}",
                 tg.lost, tg.handed_back, tg.still_queued, tg.replayed, tg.diverted, tg.sent, tg.delivered
@@ -233,7 +270,10 @@ fn the_error_spike_claims_hold_for_seeds_1_to_20() {
 /// accounted for: delivered, diverted or handed back, none dropped.
 #[test]
 fn a_long_outage_hands_triggers_back_and_accounts_for_every_one() {
-    let cfg = Config { outage: std::time::Duration::from_secs(240), ..Config::standard(42) };
+    let cfg = Config {
+        outage: std::time::Duration::from_secs(240),
+        ..Config::standard(42)
+    };
     let tg = tailguard_only(cfg);
     assert!(tg.handed_back > 0, "the queue overflowed: {tg:?}");
     assert_eq!(tg.lost, 0);
@@ -249,7 +289,10 @@ fn a_long_outage_hands_triggers_back_and_accounts_for_every_one() {
 fn close_after_recovery_is_not_clamped_when_the_breaker_closed_during_the_outage() {
     let tg = tailguard_only(Config::standard(33));
     let t = transitions(&tg);
-    eprintln!("seed 33 transitions {t:?}, close_after_recovery_s {:?}", tg.close_after_recovery_s);
+    eprintln!(
+        "seed 33 transitions {t:?}, close_after_recovery_s {:?}",
+        tg.close_after_recovery_s
+    );
     let (last_change, last_state) = *t.last().unwrap();
     assert_eq!(last_state, State::Closed);
     assert!(
