@@ -86,6 +86,21 @@ impl<T> Inner<T> {
         resume_unwind(panic)
     }
 
+    /// The breaker's verdict on a call that returned (`ok` or not)
+    /// `elapsed_ns` after its start: past the timeout it counts as timed
+    /// out (failed and slow), whatever it returned. Returns whether it was
+    /// late.
+    #[inline(always)]
+    pub(super) fn record_call(&self, permit: Permit<'_>, ok: bool, elapsed_ns: u64) -> bool {
+        let late = elapsed_ns > self.timeout_ns;
+        if late {
+            permit.record_timeout(Duration::from_nanos(elapsed_ns));
+        } else {
+            permit.record_latency(Duration::from_nanos(elapsed_ns), ok);
+        }
+        late
+    }
+
     /// Settles a call that returned `result` `elapsed_ns` after its start:
     /// the breaker's verdict, then delivered, or diverted with its reason.
     /// A call that returned after the timeout counts in the breaker as
@@ -102,21 +117,16 @@ impl<T> Inner<T> {
         elapsed_ns: u64,
     ) -> Emitted<T, O, E> {
         let elapsed = Duration::from_nanos(elapsed_ns);
-        if elapsed_ns > self.timeout_ns {
-            permit.record_timeout(elapsed);
-            match result {
-                Ok(o) => {
+        let late = self.record_call(permit, result.is_ok(), elapsed_ns);
+        match result {
+            Ok(o) => {
+                if late {
                     self.metrics.count(Count::Overran);
-                    Emitted::Delivered(o)
                 }
-                Err(_) => self.divert(trigger, class, Divert::TimedOut(elapsed)),
+                Emitted::Delivered(o)
             }
-        } else {
-            permit.record_latency(elapsed, result.is_ok());
-            match result {
-                Ok(o) => Emitted::Delivered(o),
-                Err(e) => self.divert(trigger, class, Divert::Failed(e)),
-            }
+            Err(_) if late => self.divert(trigger, class, Divert::TimedOut(elapsed)),
+            Err(e) => self.divert(trigger, class, Divert::Failed(e)),
         }
     }
 }
@@ -233,18 +243,14 @@ impl<T> Emitter<T> {
         mut call: impl FnMut(&T, &Deadline<'_>) -> Result<O, E>,
     ) -> Replayed<T, E> {
         let inner = &*self.inner;
+        let _turn = match inner.begin_replay() {
+            Ok(turn) => turn,
+            Err(stopped) => return stopped,
+        };
         let mut out = Replayed {
             delivered: 0,
             stopped: None,
             handed_back: None,
-        };
-        if !inner.replay_allowed() {
-            out.stopped = Some(ReplayStop::NotClosed);
-            return out;
-        }
-        let Some(_turn) = inner.replay_turn() else {
-            out.stopped = Some(ReplayStop::Busy);
-            return out;
         };
         // Held through the calls: a shutdown meanwhile waits for this
         // replay, then drains the trigger it may keep at the head.
@@ -282,19 +288,14 @@ impl<T> Emitter<T> {
             };
             drop(slot);
             let elapsed = clock.delta_nanos(start, clock.raw());
-            let timed_out = elapsed > inner.timeout_ns;
-            if timed_out {
-                permit.record_timeout(std::time::Duration::from_nanos(elapsed));
-            } else {
-                permit.record_latency(std::time::Duration::from_nanos(elapsed), result.is_ok());
-            }
+            let timed_out = inner.record_call(permit, result.is_ok(), elapsed);
             let reason = match result {
                 Ok(_) => {
                     inner.metrics.count(Count::Replayed);
                     out.delivered += 1;
                     continue;
                 }
-                Err(_) if timed_out => Divert::TimedOut(std::time::Duration::from_nanos(elapsed)),
+                Err(_) if timed_out => Divert::TimedOut(Duration::from_nanos(elapsed)),
                 Err(e) => Divert::Failed(e),
             };
             p.attempts = p.attempts.saturating_add(1);

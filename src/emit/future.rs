@@ -279,18 +279,14 @@ impl<T> Emitter<T> {
         Fut: Future<Output = Result<O, E>>,
     {
         let inner = &*self.inner;
+        let _turn = match inner.begin_replay() {
+            Ok(turn) => turn,
+            Err(stopped) => return stopped,
+        };
         let mut out = Replayed {
             delivered: 0,
             stopped: None,
             handed_back: None,
-        };
-        if !inner.replay_allowed() {
-            out.stopped = Some(ReplayStop::NotClosed);
-            return out;
-        }
-        let Some(_turn) = inner.replay_turn() else {
-            out.stopped = Some(ReplayStop::Busy);
-            return out;
         };
         let clock = inner.breaker.clock();
         while out.delivered < max {
@@ -331,16 +327,11 @@ impl<T> Emitter<T> {
             .await;
             let elapsed_ns = clock.delta_nanos(start, clock.raw());
             let elapsed = Duration::from_nanos(elapsed_ns);
-            let late = elapsed_ns > inner.timeout_ns;
             let reason = match outcome {
                 Outcome::Panicked(panic) => panicked(held, slot, permit, panic),
                 Outcome::Done(Ok(_)) => {
                     drop(slot);
-                    if late {
-                        permit.record_timeout(elapsed); // delivered, but late
-                    } else {
-                        permit.record_latency(elapsed, true);
-                    }
+                    inner.record_call(permit, true, elapsed_ns); // late: delivered, counted timed out
                     held.item = None;
                     inner.metrics.count(Count::Replayed);
                     out.delivered += 1;
@@ -348,11 +339,9 @@ impl<T> Emitter<T> {
                 }
                 Outcome::Done(Err(e)) => {
                     drop(slot);
-                    if late {
-                        permit.record_timeout(elapsed);
+                    if inner.record_call(permit, false, elapsed_ns) {
                         Divert::TimedOut(elapsed)
                     } else {
-                        permit.record_latency(elapsed, false);
                         Divert::Failed(e)
                     }
                 }

@@ -859,6 +859,21 @@ impl<T> Inner<T> {
         let b = &self.breaker;
         b.state() == State::Closed && b.mode() != Mode::ForcedOpen
     }
+
+    /// The start of a replay, blocking or async: the turn to replay, or
+    /// the answer for a replay that cannot start (the breaker not CLOSED,
+    /// or another replay running).
+    fn begin_replay<E>(&self) -> Result<ReplayTurn<'_>, Replayed<T, E>> {
+        let stopped = |why| Replayed {
+            delivered: 0,
+            stopped: Some(why),
+            handed_back: None,
+        };
+        if !self.replay_allowed() {
+            return Err(stopped(ReplayStop::NotClosed));
+        }
+        self.replay_turn().ok_or_else(|| stopped(ReplayStop::Busy))
+    }
 }
 
 /// The right to replay, given back when dropped.
