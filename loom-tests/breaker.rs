@@ -20,7 +20,8 @@
 //! | OPEN deadline published after the trip, withdrawn after the OPEN (`breaker/transition.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected` |
 //! | window close against records into shared shards (`shard.rs`, `breaker/window.rs`) | `counters_are_conserved_across_a_concurrent_tick` |
 //! | owned handles: single-writer shards read by window close, shards handed out by CAS (`shard.rs`, `breaker/permit.rs`) | `local_handle_records_are_conserved_across_a_concurrent_tick`, `a_local_shard_is_handed_out_once` |
-//! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag (`shard.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow` |
+//! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag; generation tags keeping calls after a transition from those before it (`shard.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`, `a_call_admitted_after_a_transition_is_never_claimed_with_those_before` |
+//! | tasks parked elsewhere, woken by a transition into OPEN (`breaker/watch.rs`) | `a_parked_task_is_woken_or_sees_the_breaker_open` |
 //! | events queued by every transition, delivered in order off the hot path (`events.rs`) | `events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted`, `a_hot_path_transition_racing_an_override_is_delivered_in_order` |
 //! | the queue: slot `seq` protocol, the occupancy word, displacement, the consumer's pop (`dlq/`) | the nine models of `dlq.rs` (two bounded lower, as they state) |
 //! | the emit path: shutdown against diversions, the bulkhead's slots, one replay at a time (`emit/`, `bulkhead.rs`) | the three models of `emit.rs` |
@@ -520,5 +521,81 @@ fn a_caller_that_loaded_an_earlier_round_retries_in_the_new_one() {
         let rejected = caller.join().unwrap();
         assert_ne!(rejected, Some(RejectReason::ProbesBusy));
         std::mem::forget(second);
+    });
+}
+
+/// A call admitted after a transition (here a reset out of OPEN) racing
+/// that transition and a window close's claim: it is never claimed as
+/// stale with the call admitted before the transition that is still in
+/// flight; each is counted exactly once, the old one as stale.
+#[test]
+fn a_call_admitted_after_a_transition_is_never_claimed_with_those_before() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .ticker(false)
+            .track_in_flight(true)
+            .build()
+            .unwrap();
+        let before = b.allow().unwrap(); // generation 0, epoch 0, in flight throughout
+        clock.advance(Duration::from_millis(600)); // past the first window's end
+        b.trip_now(); // generation 1: OPEN for 1 s
+        let (b1, b2) = (b.clone(), b.clone());
+        let reset = thread::spawn(move || b1.reset()); // generation 2: CLOSED
+                                                       // Epoch 6 (87.5 ms epochs): a slot of its own.
+        let admitted = thread::spawn(move || b2.allow_owned().ok());
+        b.tick(); // closes the first window and claims, racing both
+        reset.join().unwrap();
+        let after = admitted.join().unwrap();
+        clock.advance(2 * SEC);
+        b.tick();
+        clock.advance(SEC);
+        b.tick();
+        let got_in = after.is_some();
+        if let Some(p) = after {
+            p.record(true);
+        }
+        before.record(true);
+        clock.advance(SEC);
+        b.tick();
+        let t = b.snapshot().totals;
+        assert_eq!(t.stale, 1, "only the call from before the transitions: {t:?}");
+        assert_eq!(
+            (t.calls, t.slow),
+            (u64::from(got_in), u64::from(got_in)),
+            "the call after them counted once, slow: {t:?}"
+        );
+    });
+}
+
+/// A task parking on something else (a tower service on its inner
+/// service) racing a trip: either it sees the breaker refusing when it
+/// looks again after registering, or the trip wakes it. Never parked
+/// behind an open breaker with nobody to wake it.
+#[test]
+fn a_parked_task_is_woken_or_sees_the_breaker_open() {
+    use loom::sync::atomic::AtomicBool;
+    struct Flag(AtomicBool);
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+        let b2 = b.clone();
+        let trip = thread::spawn(move || b2.trip_now());
+        let flag = std::sync::Arc::new(Flag(AtomicBool::new(false)));
+        let waker = std::task::Waker::from(std::sync::Arc::clone(&flag));
+        let mut key = None;
+        let refused = b.loom_park(&mut key, &waker);
+        trip.join().unwrap();
+        assert!(
+            refused || flag.0.load(Ordering::SeqCst),
+            "parked behind an open breaker, never woken"
+        );
+        b.loom_forget_park(&mut key);
     });
 }

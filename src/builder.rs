@@ -55,7 +55,7 @@ pub struct BreakerBuilder {
     shards: Option<usize>,
     local_handles: usize,
     clock: Option<ClockSource>,
-    listener: Option<Listener>,
+    listeners: Vec<Listener>,
     register_with_ticker: bool,
     name: Option<Box<str>>,
     flapping: (u32, Duration),
@@ -83,7 +83,7 @@ impl Default for BreakerBuilder {
             shards: None,
             local_handles: 0,
             clock: None,
-            listener: None,
+            listeners: Vec::new(),
             register_with_ticker: true,
             name: None,
             flapping: (5, Duration::from_secs(60)),
@@ -113,7 +113,7 @@ impl fmt::Debug for BreakerBuilder {
             .field("shards", &self.shards)
             .field("local_handles", &self.local_handles)
             .field("clock", &self.clock)
-            .field("listener", &self.listener.is_some())
+            .field("listeners", &self.listeners.len())
             .field("register_with_ticker", &self.register_with_ticker)
             .field("name", &self.name)
             .field("flapping", &self.flapping)
@@ -435,6 +435,10 @@ impl BreakerBuilder {
     /// increasing generations), outside any lock; it may call back into the
     /// breaker.
     ///
+    /// **Several.** Listeners add up: each one added gets every event, in
+    /// the order they were added (a logging listener and a metrics listener
+    /// both see everything).
+    ///
     /// **When.** The listener never runs on the hot path. A transition made
     /// inside [`Breaker::allow`] or a permit's verdict (OPEN → HALF_OPEN, a
     /// probe deciding its round) is queued and delivered by the breaker's
@@ -459,10 +463,11 @@ impl BreakerBuilder {
     /// [`Snapshot::events_lost`](crate::Snapshot::events_lost) (Prometheus:
     /// `breaker_events_lost_total`).
     ///
-    /// **Panics.** A panic in the listener is caught and counted in
+    /// **Panics.** A panic in a listener is caught and counted in
     /// [`Snapshot::listener_panics`](crate::Snapshot::listener_panics); it
     /// never unwinds into the breaker, the caller of an override or the
-    /// ticker thread, and delivery goes on with the next event.
+    /// ticker thread; the other listeners get the event all the same, and
+    /// delivery goes on with the next event.
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
@@ -487,7 +492,7 @@ impl BreakerBuilder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn on_transition(mut self, listener: impl Fn(&Transition) + Send + Sync + 'static) -> Self {
-        self.listener = Some(Box::new(listener));
+        self.listeners.push(Box::new(listener));
         self
     }
 
@@ -557,7 +562,7 @@ impl BreakerBuilder {
     }
 
     #[allow(clippy::type_complexity)]
-    fn validate(self) -> Result<(Config, Sizes, ClockSource, Option<Listener>, bool), ConfigError> {
+    fn validate(self) -> Result<(Config, Sizes, ClockSource, Vec<Listener>, bool), ConfigError> {
         let span = |field, d: Duration, min: Duration, max: Duration| {
             if d.is_zero() {
                 Err(ConfigError::new(field, K::Zero, "must be greater than zero"))
@@ -703,7 +708,7 @@ impl BreakerBuilder {
             ring_len,
         };
         let clock = self.clock.unwrap_or_default();
-        Ok((config, sizes, clock, self.listener, self.register_with_ticker))
+        Ok((config, sizes, clock, self.listeners, self.register_with_ticker))
     }
 }
 

@@ -175,6 +175,17 @@ impl Bulkhead {
         self.inner.rejections.load(Ordering::Relaxed)
     }
 
+    /// Whether two handles are the same bulkhead.
+    ///
+    /// ```
+    /// let a = tailguard::Bulkhead::new(2).unwrap();
+    /// assert!(a.ptr_eq(&a.clone()));
+    /// assert!(!a.ptr_eq(&tailguard::Bulkhead::new(2).unwrap()));
+    /// ```
+    pub fn ptr_eq(&self, other: &Bulkhead) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The most calls in flight at once.
     ///
     /// ```

@@ -22,10 +22,15 @@
 //! when it turns up), so the newest transition always reaches the listener.
 //! Every dropped event is counted ([`Events::lost`]).
 //!
+//! # Several listeners
+//!
+//! Each gets every event, in the order they were added, one after the
+//! other for each event.
+//!
 //! # A listener that panics
 //!
-//! Its panic is caught and counted ([`Events::panics`]); delivery goes on
-//! with the next event. The panic's payload is dropped inside a catch of its
+//! Its panic is caught and counted ([`Events::panics`]); the next listener
+//! gets the event all the same, and delivery goes on with the next event. The panic's payload is dropped inside a catch of its
 //! own (a payload whose `Drop` panics is itself user code), so user code
 //! never unwinds through the breaker or the ticker thread.
 
@@ -54,7 +59,8 @@ struct Queue {
 pub(crate) struct Events(Option<Box<Active>>);
 
 struct Active {
-    listener: Option<Listener>,
+    /// Every listener, in the order they were added; each gets every event.
+    listeners: Box<[Listener]>,
     queue: Mutex<Queue>,
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     name: Option<Box<str>>,
@@ -72,12 +78,12 @@ fn distance(from: u32, to: u32) -> u32 {
 }
 
 impl Events {
-    pub(crate) fn new(listener: Option<Listener>, name: Option<Box<str>>) -> Self {
-        if listener.is_none() && !cfg!(feature = "tracing") {
+    pub(crate) fn new(listeners: Vec<Listener>, name: Option<Box<str>>) -> Self {
+        if listeners.is_empty() && !cfg!(feature = "tracing") {
             return Self(None);
         }
         Self(Some(Box::new(Active {
-            listener,
+            listeners: listeners.into_boxed_slice(),
             name,
             queue: Mutex::new(Queue {
                 pending: VecDeque::with_capacity(CAPACITY),
@@ -209,7 +215,9 @@ impl Active {
                 flapping = event.flapping,
                 "breaker transition"
             );
-            if let Some(listener) = &self.listener {
+            for listener in self.listeners.iter() {
+                // Each caught on its own: one listener's panic neither
+                // keeps the next from this event nor stops delivery.
                 let call = std::panic::AssertUnwindSafe(|| listener(&event));
                 if let Err(payload) = std::panic::catch_unwind(call) {
                     self.queue.lock().panics += 1;
@@ -252,7 +260,7 @@ mod tests {
         let seen = Arc::new(StdMutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
         let events = Events::new(
-            Some(Box::new(move |t: &Transition| sink.lock().unwrap().push(t.generation))),
+            vec![Box::new(move |t: &Transition| sink.lock().unwrap().push(t.generation))],
             None,
         );
         (events, seen)
@@ -309,12 +317,12 @@ mod tests {
         let seen = Arc::new(StdMutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
         let events = Events::new(
-            Some(Box::new(move |t: &Transition| {
+            vec![Box::new(move |t: &Transition| {
                 sink.lock().unwrap().push(t.generation);
                 if t.generation == 2 {
                     panic!("a listener bug (expected by this test)");
                 }
-            })),
+            })],
             None,
         );
         for g in 1..=3 {

@@ -6,7 +6,8 @@
 //! takes the registry's read lock to list the consumers, then each breaker's
 //! window-close lock for its snapshot, one at a time.
 //!
-//! Every series carries a `consumer` label (the registry name):
+//! Every series carries a `consumer` label (the registry name), but the
+//! per-bulkhead gauges, labelled `bulkhead`:
 //!
 //! | series | type | value |
 //! |---|---|---|
@@ -29,8 +30,8 @@
 //! | `breaker_emits_diverted_total{reason}` | counter | triggers queued: `open`, `bulkhead_full`, `timed_out`, `failed` |
 //! | `breaker_emits_handed_back_total{reason}` | counter | triggers handed back to the router: `queue_full`, `shut_down` |
 //! | `breaker_replayed_total`, `breaker_replay_handed_back_total` | counter | queued triggers delivered by replay / handed back after their last attempt |
-//! | `breaker_bulkhead_in_flight` | gauge | calls in the emitter's bulkhead |
-//! | `breaker_bulkhead_rejected_total` | counter | calls the bulkhead refused |
+//! | `breaker_bulkhead_in_flight{bulkhead}`, `breaker_bulkhead_max_in_flight{bulkhead}` | gauge | calls in a bulkhead / its bound, once per bulkhead: the `bulkhead` label (and no `consumer` label) names the consumers whose emitters share it, joined by `+` (`dispatch+pricing`), so that a bulkhead shared by several emitters is not counted once per emitter |
+//! | `breaker_bulkhead_rejected_total` | counter | calls of the consumer's emitter its bulkhead refused: its own share, so a sum over consumers counts each refusal once |
 //! | `breaker_fallback_depth`, `breaker_fallback_capacity` | gauge | items in / size of the attached dead-letter queue (only consumers with one) |
 //! | `breaker_fallback_class_depth{class}` | gauge | items of each class (`idle`, `routine`, `critical`) in the queue |
 //! | `breaker_fallback_queued_total{class}`, `breaker_fallback_popped_total{class}` | counter | items accepted / taken out for replay |
@@ -56,7 +57,7 @@
 //! ```
 
 use crate::dlq::{ClassStats, Priority};
-use crate::registry::{ConsumerSnapshot, Registry};
+use crate::registry::{BulkheadRow, ConsumerSnapshot, Registry};
 use crate::report::Mode;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -293,6 +294,26 @@ fn by_label(
             let labels = [("consumer", consumer), (label, value_label)];
             ConstCounter::new(v).encode(metric.encode_family(&labels)?)?;
         }
+    }
+    Ok(())
+}
+
+/// Writes one gauge family with a sample per distinct bulkhead, labelled
+/// `bulkhead`; nothing at all if no emitter has one.
+fn bulkhead_family(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &'static str,
+    help: &str,
+    bulkheads: &[BulkheadRow],
+    value: impl Fn(&BulkheadRow) -> usize,
+) -> fmt::Result {
+    if bulkheads.is_empty() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+    for b in bulkheads {
+        let labels = [("bulkhead", b.label.as_str())];
+        ConstGauge::new(value(b) as i64).encode(metric.encode_family(&labels)?)?;
     }
     Ok(())
 }
@@ -589,17 +610,25 @@ impl Collector for BreakerCollector {
             &rows,
             |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.replay_handed_back)),
         )?;
-        family(
+        let bulkheads = self.registry.bulkheads();
+        bulkhead_family(
             e,
             "breaker_bulkhead_in_flight",
-            "Calls in flight in the consumer's bulkhead.",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstGauge::new(s.bulkhead_in_flight as i64)),
+            "Calls in flight in a bulkhead, once per bulkhead (label: the consumers sharing it).",
+            &bulkheads,
+            |b| b.in_flight,
+        )?;
+        bulkhead_family(
+            e,
+            "breaker_bulkhead_max_in_flight",
+            "The bound of a bulkhead, once per bulkhead (label: the consumers sharing it).",
+            &bulkheads,
+            |b| b.max_in_flight,
         )?;
         family(
             e,
             "breaker_bulkhead_rejected",
-            "Calls the consumer's bulkhead refused.",
+            "Calls of this consumer's emitter its bulkhead refused (its own share of a shared bulkhead).",
             &rows,
             |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.bulkhead_rejections)),
         )?;

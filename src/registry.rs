@@ -2,6 +2,7 @@
 
 use crate::breaker::Breaker;
 use crate::builder::BreakerBuilder;
+use crate::bulkhead::Bulkhead;
 use crate::dlq::{Producer, Stats};
 use crate::emit::{Emitter, EmitterStats};
 use crate::error::ConfigError;
@@ -20,6 +21,17 @@ struct Entry {
     breaker: Breaker,
     fallback: Option<(Fallback, usize)>,
     emitter: Option<EmitterRead>,
+    /// The attached emitter's bulkhead, which other consumers may share.
+    bulkhead: Option<Bulkhead>,
+}
+
+/// One bulkhead as a scrape reads it: the label naming the consumers that
+/// share it (their names in order, joined by `+`), calls in flight, bound.
+#[cfg(feature = "prometheus")]
+pub(crate) struct BulkheadRow {
+    pub(crate) label: String,
+    pub(crate) in_flight: usize,
+    pub(crate) max_in_flight: usize,
 }
 
 /// Named breakers, one per consumer: get-or-create, lookup, removal,
@@ -119,6 +131,7 @@ impl Registry {
                 breaker: breaker.clone(),
                 fallback: None,
                 emitter: None,
+                bulkhead: None,
             },
         );
         Ok(breaker)
@@ -199,17 +212,41 @@ impl Registry {
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
     pub fn attach_emitter<T: Send + 'static>(&self, name: &str, emitter: &Emitter<T>) -> bool {
-        let producer = emitter.queue().clone();
+        let producer = emitter.producer().clone();
         let capacity = producer.capacity();
+        let bulkhead = emitter.bulkhead().cloned();
         let emitter = emitter.clone();
         match self.entries.write().get_mut(name) {
             Some(e) => {
                 e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
                 e.emitter = Some(Arc::new(move || emitter.stats()));
+                e.bulkhead = bulkhead;
                 true
             }
             None => false,
         }
+    }
+
+    /// Every distinct bulkhead of the attached emitters, once each, in the
+    /// order of the first consumer using it.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn bulkheads(&self) -> Vec<BulkheadRow> {
+        let mut found: Vec<(Bulkhead, Vec<Arc<str>>)> = Vec::new();
+        for (name, e) in self.entries.read().iter() {
+            let Some(b) = &e.bulkhead else { continue };
+            match found.iter_mut().find(|(seen, _)| seen.ptr_eq(b)) {
+                Some((_, names)) => names.push(Arc::clone(name)),
+                None => found.push((b.clone(), vec![Arc::clone(name)])),
+            }
+        }
+        found
+            .into_iter()
+            .map(|(b, names)| BulkheadRow {
+                label: names.join("+"),
+                in_flight: b.in_flight(),
+                max_in_flight: b.max_in_flight(),
+            })
+            .collect()
     }
 
     /// Number of consumers.

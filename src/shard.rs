@@ -35,21 +35,31 @@
 //!
 //! # In-flight slots
 //! With in-flight tracking on, each shared shard keeps [`INFLIGHT_SLOTS`]
-//! slots, one word each: the epoch it counts for (a tag), whether window
-//! close has claimed that epoch, and how many calls of the epoch are in
-//! flight. `allow` adds one to the slot of its start epoch, the verdict
-//! takes it out again, and window close claims (counts as slow, once) the
-//! calls of every epoch wholly older than the threshold. Each of these is
-//! one CAS on the slot's word, so a verdict and a claim never both count a
-//! call: whichever CAS lands first decides. A slot is reused for a later
-//! epoch only once its own epoch is claimed; if a window close is so late
-//! that a call finds its slot still counting an unclaimed older epoch,
+//! slots, one word each: the epoch it counts for (a tag), the generation
+//! its calls were admitted in (a tag), whether window close has claimed
+//! that epoch, and how many calls of the epoch are in flight. `allow` adds
+//! one to the slot of its start epoch, the verdict takes it out again, and
+//! window close claims (counts once) the slot's calls: as stale if they
+//! were admitted in an earlier generation than the close's, as slow if
+//! they were admitted in its generation and started in an epoch wholly
+//! older than the threshold. Each of these is one CAS on the slot's word,
+//! so a verdict and a claim never both count a call: whichever CAS lands
+//! first decides. A slot is reused for a later epoch only once its own
+//! epoch is claimed; if a window close is so late that a call finds its
+//! slot still counting an unclaimed older epoch of its own generation,
 //! those older calls have run for at least `INFLIGHT_SLOTS − 1` epochs
 //! (longer than a window and a threshold) and the call claims them itself,
 //! for the next close to count. A call whose slot counts a *later* epoch, or
 //! its own epoch already claimed (the clock stepped back past a close), or
-//! that arrives while a close is claiming (the slot's closing flag), is not
-//! tracked: it is counted when it returns, never as in flight.
+//! calls of another generation still in flight, or that arrives while a
+//! close is claiming (the slot's closing flag), is not tracked: it is
+//! counted when it returns, never as in flight.
+//!
+//! Slot word, high bits first: epoch tag (30 bits: the epoch mod 2^30),
+//! generation tag (16 bits: the state word's generation mod 2^16), the
+//! claimed flag, the closing flag, the count (16 bits). The generation tag
+//! is what keeps a call admitted *after* a transition from being claimed as
+//! stale with those admitted before it (both can share an epoch).
 
 use crate::sketch::{is_slow_bucket, key_index, sketch_key, BUCKETS};
 use crate::sync::{AtomicU64, Ordering};
@@ -110,57 +120,100 @@ const CARRIED: u32 = 63;
 /// Start-epoch slots per shard for in-flight tracking.
 pub(crate) const INFLIGHT_SLOTS: usize = 16;
 
-/// A shard's in-flight slots (see the module docs). Slot word: the epoch tag
-/// (epoch mod 2^46) in the high 46 bits, the claimed flag, the closing flag
-/// (a window close is claiming: no call may enter), a 16-bit count.
+/// A shard's in-flight slots (see the module docs). Slot word: the epoch
+/// tag (epoch mod 2^30) in the high 30 bits, the generation tag (16 bits),
+/// the claimed flag, the closing flag (a window close is claiming: no call
+/// may enter), a 16-bit count.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     slots: [AtomicU64; INFLIGHT_SLOTS],
-    /// Calls of unclaimed old epochs claimed by `enter` (a late close):
-    /// counted as in-flight slow by the next close.
+    /// Calls of unclaimed old epochs of their own generation claimed by
+    /// `enter` (a late close): counted by the next close, as slow (or as
+    /// stale if a transition came between).
     carried: AtomicU64,
 }
 
 const FLIGHT_COUNT_MASK: u64 = 0xffff;
 const FLIGHT_CLOSING: u64 = 1 << 16;
 const FLIGHT_CLAIMED: u64 = 1 << 17;
-const FLIGHT_TAG_SHIFT: u32 = 18;
+const FLIGHT_GEN_SHIFT: u32 = 18;
+/// Generation tags: the state word's generation mod 2^16.
+pub(crate) const FLIGHT_GEN_MASK: u64 = 0xffff;
+const FLIGHT_TAG_SHIFT: u32 = 34;
 const FLIGHT_TAG_MASK: u64 = (1 << (64 - FLIGHT_TAG_SHIFT)) - 1;
+/// Transitions between two closes past which a close cannot order the
+/// generation tags (half their range, with a margin): it then claims every
+/// call in flight as stale.
+pub(crate) const FLIGHT_GEN_HORIZON: u64 = 1 << 14;
 
 fn flight_tag(epoch: u64) -> u64 {
     epoch & FLIGHT_TAG_MASK
 }
 
 /// Whether tag `a` is an earlier epoch than tag `b` (modulo the tag range,
-/// within half of it: a clock step of more than 2^45 epochs, about a century
-/// at the shortest window, leaves a slot untracked).
+/// within half of it: a clock step of more than 2^29 epochs, twelve hours
+/// at the shortest window and a year and a half at the default one, leaves
+/// a slot untracked until time has moved as far again).
 fn flight_before(a: u64, b: u64) -> bool {
     let d = b.wrapping_sub(a) & FLIGHT_TAG_MASK;
     d != 0 && d < 1 << (63 - FLIGHT_TAG_SHIFT)
 }
 
-fn flight_word(tag: u64, claimed: bool, count: u64) -> u64 {
-    tag << FLIGHT_TAG_SHIFT | if claimed { FLIGHT_CLAIMED } else { 0 } | count
+/// Whether generation tag `a` is earlier than `b` (within half the range).
+fn gen_before(a: u64, b: u64) -> bool {
+    let d = b.wrapping_sub(a) & FLIGHT_GEN_MASK;
+    d != 0 && d <= FLIGHT_GEN_MASK / 2
+}
+
+fn flight_word(tag: u64, gen: u64, claimed: bool, count: u64) -> u64 {
+    tag << FLIGHT_TAG_SHIFT | gen << FLIGHT_GEN_SHIFT | if claimed { FLIGHT_CLAIMED } else { 0 } | count
+}
+
+fn flight_gen(word: u64) -> u64 {
+    (word >> FLIGHT_GEN_SHIFT) & FLIGHT_GEN_MASK
+}
+
+/// What a window close claims of the calls in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The close's span is judged: calls of earlier generations are stale,
+    /// calls of its own generation older than the threshold are slow.
+    Judged,
+    /// The span straddles a transition (it is not judged): calls of
+    /// earlier generations are stale; the close's own generation's are
+    /// left for the next close to judge.
+    StaleOnly,
+    /// Too many transitions since the last close to order the generation
+    /// tags: every call in flight is claimed as stale.
+    All,
+}
+
+/// The calls a claim counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Claimed {
+    pub(crate) slow: u64,
+    pub(crate) stale: u64,
 }
 
 impl InFlight {
     fn new() -> Self {
         // Every slot starts as a claimed epoch before any real one.
-        let free = flight_word(flight_tag(0u64.wrapping_sub(INFLIGHT_SLOTS as u64)), true, 0);
+        let free = flight_word(flight_tag(0u64.wrapping_sub(INFLIGHT_SLOTS as u64)), 0, true, 0);
         Self {
             slots: core::array::from_fn(|_| AtomicU64::new(free)),
             carried: AtomicU64::new(0),
         }
     }
 
-    /// A call starting in `epoch` enters its slot; whether it is tracked.
-    /// Not while a window close claims (the slot's closing flag): the
-    /// close's clock reading may be older than this call's, and the call
-    /// would look older than it is. Whether this CAS lands before the close
-    /// marks the slot or after (then it sees the mark) is one order on one
-    /// word; before means the close reads the clock after this call did.
+    /// A call starting in `epoch`, admitted in generation `gen` (its tag,
+    /// [`FLIGHT_GEN_MASK`]), enters its slot; whether it is tracked. Not
+    /// while a window close claims (the slot's closing flag): the close's
+    /// clock reading may be older than this call's, and the call would
+    /// look older than it is. Whether this CAS lands before the close marks
+    /// the slot or after (then it sees the mark) is one order on one word;
+    /// before means the close reads the clock after this call did.
     #[inline]
-    pub(crate) fn enter(&self, epoch: u64) -> bool {
+    pub(crate) fn enter(&self, epoch: u64, gen: u64) -> bool {
         let cell = &self.slots[(epoch % INFLIGHT_SLOTS as u64) as usize];
         let tag = flight_tag(epoch);
         let mut cur = cell.load(Ordering::Relaxed);
@@ -173,12 +226,19 @@ impl InFlight {
                 cur & FLIGHT_CLAIMED != 0,
                 cur & FLIGHT_COUNT_MASK,
             );
-            let (next, carried) = if t == tag && !claimed && n < FLIGHT_COUNT_MASK {
-                (cur + 1, 0)
+            // Calls of another generation still in flight here: leave them
+            // to the close, which can tell which generation is the older.
+            let foreign = !claimed && n != 0 && flight_gen(cur) != gen;
+            let (next, carried) = if foreign {
+                return false;
+            } else if t == tag && !claimed && n < FLIGHT_COUNT_MASK {
+                // This epoch (of this generation, or with none left in it).
+                (flight_word(tag, gen, false, n + 1), 0)
             } else if flight_before(t, tag) {
-                // An older epoch: free once claimed; unclaimed, its calls are
-                // old enough to count as slow now (a late window close).
-                (flight_word(tag, false, 1), if claimed { 0 } else { n })
+                // An older epoch: free once claimed; unclaimed, its calls (of
+                // this generation) are old enough to count as slow now (a
+                // late window close).
+                (flight_word(tag, gen, false, 1), if claimed { 0 } else { n })
             } else {
                 // A later epoch, this epoch already claimed, or a full count.
                 return false;
@@ -195,15 +255,15 @@ impl InFlight {
         }
     }
 
-    /// A tracked call of `epoch` returns: false if a claim already counted
-    /// it (then it must not be counted again).
+    /// A tracked call of `epoch` and generation tag `gen` returns: false
+    /// if a claim already counted it (then it must not be counted again).
     #[inline]
-    pub(crate) fn leave(&self, epoch: u64) -> bool {
+    pub(crate) fn leave(&self, epoch: u64, gen: u64) -> bool {
         let cell = &self.slots[(epoch % INFLIGHT_SLOTS as u64) as usize];
         let tag = flight_tag(epoch);
         let mut cur = cell.load(Ordering::Relaxed);
         loop {
-            if cur >> FLIGHT_TAG_SHIFT != tag || cur & FLIGHT_CLAIMED != 0 {
+            if cur >> FLIGHT_TAG_SHIFT != tag || flight_gen(cur) != gen || cur & FLIGHT_CLAIMED != 0 {
                 return false;
             }
             match cell.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
@@ -228,33 +288,57 @@ impl InFlight {
         }
     }
 
-    /// Claims every epoch before `target`: returns how many calls were
-    /// still in flight in them (and those carried by late `enter`s).
-    pub(crate) fn claim(&self, target: u64) -> u64 {
+    /// A window close's claim (see [`Claim`]) by a close in generation tag
+    /// `gen`, of the calls of its generation that started before epoch
+    /// `target`: how many calls it counted as slow and as stale (with those
+    /// carried by late `enter`s: slow if the span is judged, else stale).
+    pub(crate) fn claim(&self, target: u64, gen: u64, how: Claim) -> Claimed {
         let target = flight_tag(target);
-        let mut total = if self.carried.load(Ordering::Relaxed) == 0 {
+        let carried = if self.carried.load(Ordering::Relaxed) == 0 {
             0
         } else {
             self.carried.swap(0, Ordering::AcqRel)
         };
+        let mut out = match how {
+            Claim::Judged => Claimed {
+                slow: carried,
+                stale: 0,
+            },
+            _ => Claimed {
+                slow: 0,
+                stale: carried,
+            },
+        };
         for cell in &self.slots {
             let mut cur = cell.load(Ordering::Acquire);
             loop {
-                let t = cur >> FLIGHT_TAG_SHIFT;
-                if cur & FLIGHT_CLAIMED != 0 || !flight_before(t, target) {
+                let (t, g) = (cur >> FLIGHT_TAG_SHIFT, flight_gen(cur));
+                if cur & FLIGHT_CLAIMED != 0 {
                     break;
                 }
-                let claimed = flight_word(t, true, 0) | (cur & FLIGHT_CLOSING);
+                let stale = how == Claim::All || gen_before(g, gen);
+                let slow = !stale && how == Claim::Judged && g == gen && flight_before(t, target);
+                if !stale && !slow {
+                    // A later generation's (admitted after the close read
+                    // its own), or not old enough: left for a later close.
+                    break;
+                }
+                let claimed = flight_word(t, g, true, 0) | (cur & FLIGHT_CLOSING);
                 match cell.compare_exchange_weak(cur, claimed, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
-                        total += cur & FLIGHT_COUNT_MASK;
+                        let n = cur & FLIGHT_COUNT_MASK;
+                        if stale {
+                            out.stale += n;
+                        } else {
+                            out.slow += n;
+                        }
                         break;
                     }
                     Err(actual) => cur = actual,
                 }
             }
         }
-        total
+        out
     }
 }
 
@@ -677,44 +761,51 @@ mod tests {
         assert!(sketched >= per_bucket * CARRIES as u64, "{sketched}");
     }
 
+    /// A judged claim (generation 0): what it counted as slow.
+    fn slow(f: &InFlight, target: u64) -> u64 {
+        let c = f.claim(target, 0, Claim::Judged);
+        assert_eq!(c.stale, 0);
+        c.slow
+    }
+
     #[test]
     fn in_flight_counts_each_call_once_as_returned_or_claimed() {
         let f = InFlight::new();
-        assert!(f.enter(0) && f.enter(0) && f.enter(1));
-        assert!(f.leave(0));
-        assert_eq!(f.claim(1), 1, "epoch 0 has one call left");
-        assert!(!f.leave(0), "claimed: not counted again");
-        assert!(!f.enter(0), "an epoch already claimed takes no new calls");
-        assert!(f.leave(1));
-        assert_eq!(f.claim(5), 0);
+        assert!(f.enter(0, 0) && f.enter(0, 0) && f.enter(1, 0));
+        assert!(f.leave(0, 0));
+        assert_eq!(slow(&f, 1), 1, "epoch 0 has one call left");
+        assert!(!f.leave(0, 0), "claimed: not counted again");
+        assert!(!f.enter(0, 0), "an epoch already claimed takes no new calls");
+        assert!(f.leave(1, 0));
+        assert_eq!(slow(&f, 5), 0);
     }
 
     #[test]
     fn no_call_enters_while_a_close_claims() {
         let f = InFlight::new();
-        assert!(f.enter(5));
+        assert!(f.enter(5, 0));
         f.begin_close();
-        assert!(!f.enter(5) && !f.enter(6), "closing: not tracked");
-        assert!(f.leave(5), "a call already in leaves as usual");
-        assert!(!f.enter(7));
-        assert_eq!(f.claim(10), 0);
+        assert!(!f.enter(5, 0) && !f.enter(6, 0), "closing: not tracked");
+        assert!(f.leave(5, 0), "a call already in leaves as usual");
+        assert!(!f.enter(7, 0));
+        assert_eq!(slow(&f, 10), 0);
         f.end_close();
-        assert!(f.enter(11));
-        assert_eq!(f.claim(12), 1);
+        assert!(f.enter(11, 0));
+        assert_eq!(slow(&f, 12), 1);
     }
 
     #[test]
     fn a_late_close_never_counts_a_new_call_with_an_old_one() {
         let f = InFlight::new();
         let slots = INFLIGHT_SLOTS as u64;
-        assert!(f.enter(3));
+        assert!(f.enter(3, 0));
         // The close is late: epoch 3 + slots shares the slot of epoch 3.
-        assert!(f.enter(3 + slots));
-        assert!(!f.leave(3), "the old call was claimed by the new one");
-        assert_eq!(f.claim(3 + slots), 1, "the old call, carried; not the new one");
-        assert!(f.leave(3 + slots));
+        assert!(f.enter(3 + slots, 0));
+        assert!(!f.leave(3, 0), "the old call was claimed by the new one");
+        assert_eq!(slow(&f, 3 + slots), 1, "the old call, carried; not the new one");
+        assert!(f.leave(3 + slots, 0));
         // A call whose slot counts a later epoch is not tracked.
-        assert!(!f.enter(3));
+        assert!(!f.enter(3, 0));
     }
 
     #[test]
@@ -722,10 +813,41 @@ mod tests {
         let top = FLIGHT_TAG_MASK;
         assert!(flight_before(top, 0) && flight_before(top - 5, 3) && !flight_before(3, top - 5));
         let f = InFlight::new();
-        assert!(f.enter(top));
-        assert!(f.enter(top + 1)); // tag 0, the next epoch
-        assert_eq!(f.claim(top + 1), 1);
-        assert!(f.leave(top + 1));
+        assert!(f.enter(top, 0));
+        assert!(f.enter(top + 1, 0)); // tag 0, the next epoch
+        assert_eq!(slow(&f, top + 1), 1);
+        assert!(f.leave(top + 1, 0));
+        let g = FLIGHT_GEN_MASK;
+        assert!(gen_before(g, 0) && gen_before(g - 5, 3) && !gen_before(3, g - 5) && !gen_before(7, 7));
+    }
+
+    /// Calls of an earlier generation are claimed as stale (whatever their
+    /// age); the close's own generation's only as slow, and only when old
+    /// enough and judged; a later generation's not at all.
+    #[test]
+    fn a_claim_tells_the_generations_apart() {
+        let f = InFlight::new();
+        assert!(f.enter(1, 4)); // admitted before the transition to 5
+        assert!(f.enter(2, 5) && f.enter(9, 5)); // after it
+        assert!(f.enter(3, 6)); // after a transition the close has not seen
+                                // A call of generation 5 cannot share a slot with 4's in flight.
+        assert!(!f.enter(1, 5));
+        let c = f.claim(5, 5, Claim::StaleOnly);
+        assert_eq!((c.slow, c.stale), (0, 1), "only generation 4's, as stale");
+        assert!(
+            !f.leave(1, 4) && f.enter(1 + INFLIGHT_SLOTS as u64, 5),
+            "its slot is free again"
+        );
+        let c = f.claim(5, 5, Claim::Judged);
+        assert_eq!(
+            (c.slow, c.stale),
+            (1, 0),
+            "epoch 2's, old enough; not epoch 9's, nor 6's"
+        );
+        assert!(f.leave(9, 5) && f.leave(3, 6));
+        assert!(f.enter(4, 7));
+        let c = f.claim(0, 7, Claim::All);
+        assert_eq!((c.slow, c.stale), (0, 2), "everything in flight, as stale");
     }
 
     #[test]
@@ -747,9 +869,9 @@ mod tests {
         // An in-flight slot holds at most 0xffff calls: the next is not
         // tracked (it is still counted when it returns).
         let f = InFlight::new();
-        f.slots[0].store(flight_word(0, false, FLIGHT_COUNT_MASK), Ordering::Relaxed);
-        assert!(!f.enter(0));
-        assert_eq!(f.claim(1), FLIGHT_COUNT_MASK);
+        f.slots[0].store(flight_word(0, 0, false, FLIGHT_COUNT_MASK), Ordering::Relaxed);
+        assert!(!f.enter(0, 0));
+        assert_eq!(slow(&f, 1), FLIGHT_COUNT_MASK);
     }
 
     #[test]

@@ -11,12 +11,18 @@
 //! inner service always is. Its latency goes to the breaker, so a slow
 //! service trips it though every response is a 200.
 //!
-//! * `poll_ready` holds no permit, so a `poll_ready` that is never followed
-//!   by `call` leaves nothing taken. It asks the inner service, except while
-//!   the breaker is OPEN: then it checks the breaker first, and if the
-//!   breaker rejects, it is ready at once and the next `call` fails with
-//!   that rejection, however long the inner service would take to be ready
-//!   (a full concurrency limit behind an open breaker still fails fast).
+//! * `poll_ready` takes no permit and changes nothing in the breaker (no
+//!   probe slot, no transition, no count), so a `poll_ready` that is never
+//!   followed by `call` leaves nothing taken. It looks at the breaker first:
+//!   if the breaker is OPEN with its backoff running, or forced open, it is
+//!   ready at once and the next `call` fails with that rejection, however
+//!   long the inner service would take to be ready (a full concurrency
+//!   limit behind an open breaker still fails fast). Otherwise it asks the
+//!   inner service; a task left waiting for the inner service's readiness
+//!   is woken when the breaker opens, and refused then: a request that
+//!   began waiting while the breaker was CLOSED (the way a slow consumer
+//!   fills a limit) does not wait for a slot once the breaker trips, and
+//!   neither does a `tower::buffer::Buffer`'s worker parked on it.
 //! * Dropping the response future (a client that gave up, a `select!` that
 //!   went the other way) gives the bulkhead slot back and cancels the
 //!   permit: a probe's slot is returned at once, and the call counts as the
@@ -71,11 +77,12 @@
 //! # }
 //! ```
 
+use crate::breaker::WatchKey;
 use crate::breaker::{Breaker, OwnedPermit};
 use crate::bulkhead::{Bulkhead, OwnedBulkheadPermit};
 use crate::clock::duration_nanos_saturating;
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::report::{Rejected, State};
+use crate::report::Rejected;
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
@@ -161,10 +168,14 @@ pub enum BreakerError<E> {
     /// The request ran past the timeout (after at least this long); its
     /// future was dropped.
     TimedOut(Duration),
-    /// The inner service failed (`poll_ready` or the response future). Its
-    /// error is this error's [`source`](std::error::Error::source), not
-    /// repeated in its `Display`.
+    /// The inner service's response future failed. Its error is this
+    /// error's [`source`](std::error::Error::source), not repeated in its
+    /// `Display`.
     Inner(E),
+    /// The inner service's `poll_ready` failed: the request never reached
+    /// it, and the breaker counts nothing. Its error is the
+    /// [`source`](std::error::Error::source).
+    NotReady(E),
 }
 
 impl<E> BreakerError<E> {
@@ -189,27 +200,31 @@ impl<E> BreakerError<E> {
         }
     }
 
-    /// Whether the inner service was called (timed out or failed) or not.
+    /// Whether the inner service was called (timed out or failed) or not
+    /// (refused, or never ready).
     ///
     /// ```
     /// use tailguard::tower::BreakerError;
     /// assert!(!BreakerError::<()>::BulkheadFull.called());
+    /// assert!(!BreakerError::NotReady(()).called());
     /// assert!(BreakerError::Inner(()).called());
     /// ```
     pub fn called(&self) -> bool {
         matches!(self, BreakerError::TimedOut(_) | BreakerError::Inner(_))
     }
 
-    /// The inner service's error, if that is what this is.
+    /// The inner service's error (from its response or its `poll_ready`),
+    /// if that is what this is.
     ///
     /// ```
     /// use tailguard::tower::BreakerError;
     /// assert_eq!(BreakerError::Inner(7).into_inner(), Some(7));
+    /// assert_eq!(BreakerError::NotReady(8).into_inner(), Some(8));
     /// assert_eq!(BreakerError::<u8>::BulkheadFull.into_inner(), None);
     /// ```
     pub fn into_inner(self) -> Option<E> {
         match self {
-            BreakerError::Inner(e) => Some(e),
+            BreakerError::Inner(e) | BreakerError::NotReady(e) => Some(e),
             _ => None,
         }
     }
@@ -222,6 +237,7 @@ impl<E: fmt::Display> fmt::Display for BreakerError<E> {
             BreakerError::BulkheadFull => f.write_str("bulkhead full"),
             BreakerError::TimedOut(d) => write!(f, "timed out after {d:?}"),
             BreakerError::Inner(_) => f.write_str("the inner service failed"),
+            BreakerError::NotReady(_) => f.write_str("the inner service could not get ready"),
         }
     }
 }
@@ -229,7 +245,7 @@ impl<E: fmt::Display> fmt::Display for BreakerError<E> {
 impl<E: std::error::Error + 'static> std::error::Error for BreakerError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BreakerError::Inner(e) => Some(e),
+            BreakerError::Inner(e) | BreakerError::NotReady(e) => Some(e),
             _ => None,
         }
     }
@@ -383,6 +399,7 @@ impl<S, C: Clone> tower_layer::Layer<S> for BreakerLayer<C> {
             inner,
             config: self.config.clone(),
             refusal: None,
+            watch: Watch::default(),
         }
     }
 }
@@ -392,9 +409,52 @@ impl<S, C: Clone> tower_layer::Layer<S> for BreakerLayer<C> {
 pub struct BreakerService<S, C = ServerErrors> {
     inner: S,
     config: Config<C>,
-    /// A rejection `poll_ready` found while the breaker was OPEN, for the
-    /// next `call`.
+    /// A refusal `poll_ready` found in the breaker, for the next `call`.
     refusal: Option<Rejected>,
+    /// This service's place among the tasks the breaker wakes when it
+    /// opens (taken the first time it waits for the inner service).
+    watch: Watch,
+}
+
+/// A service's place among the tasks its breaker wakes when it opens,
+/// given back when the service is dropped.
+#[derive(Default)]
+struct Watch {
+    /// The breaker, once the service has waited on its inner service.
+    breaker: Option<Breaker>,
+    key: WatchKey,
+    /// A waker is registered (or was, until the breaker took it to wake).
+    parked: bool,
+}
+
+impl Watch {
+    /// Parks `waker` until the breaker opens, unless it refuses calls now
+    /// (then nothing stays parked, and the refusal comes back).
+    fn park(&mut self, breaker: &Breaker, waker: &core::task::Waker) -> Option<Rejected> {
+        let breaker = self.breaker.get_or_insert_with(|| breaker.clone());
+        let refusal = breaker.park_until_open(&mut self.key, waker);
+        self.parked = refusal.is_none();
+        refusal
+    }
+
+    /// Not parked any more (nothing to do unless it was).
+    #[inline]
+    fn unpark(&mut self) {
+        if self.parked {
+            self.parked = false;
+            if let Some(breaker) = &self.breaker {
+                breaker.unpark(self.key);
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(breaker) = &self.breaker {
+            breaker.forget_park(&mut self.key);
+        }
+    }
 }
 
 impl<S: Clone, C: Clone> Clone for BreakerService<S, C> {
@@ -404,6 +464,7 @@ impl<S: Clone, C: Clone> Clone for BreakerService<S, C> {
             inner: self.inner.clone(),
             config: self.config.clone(),
             refusal: None,
+            watch: Watch::default(),
         }
     }
 }
@@ -477,23 +538,31 @@ where
     type Error = BreakerError<S::Error>;
     type Future = ResponseFuture<S::Future, C>;
 
-    /// Asks the inner service; while the breaker is OPEN, asks the breaker
-    /// first (see the [module docs](self)). No permit is held after it.
+    /// Looks at the breaker (taking nothing), then asks the inner service;
+    /// a task left waiting for the inner service is woken when the breaker
+    /// opens (see the [module docs](self)).
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if self.refusal.is_none() && self.config.breaker.state() == State::Open {
-            match self.config.breaker.allow() {
-                Err(rejected) => self.refusal = Some(rejected),
-                // The backoff ran out just now: that was a probe's slot;
-                // give it back, and let `call` take one if the inner service
-                // gets ready.
-                Ok(probe) => probe.abandon(),
-            }
-        }
-        if self.refusal.is_some() {
+        if self.refused() {
             return Poll::Ready(Ok(()));
         }
-        self.inner.poll_ready(cx).map_err(BreakerError::Inner)
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(ready) => {
+                self.watch.unpark();
+                Poll::Ready(ready.map_err(BreakerError::NotReady))
+            }
+            Poll::Pending => {
+                // Parked on the inner service: be woken if the breaker
+                // opens (and refused if it opened meanwhile).
+                match self.watch.park(&self.config.breaker, cx.waker()) {
+                    Some(refusal) => {
+                        self.refusal = Some(refusal);
+                        Poll::Ready(Ok(()))
+                    }
+                    None => Poll::Pending,
+                }
+            }
+        }
     }
 
     /// Takes a permit from the breaker, then a bulkhead slot, then calls
@@ -502,6 +571,7 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let config = &self.config;
         if let Some(rejected) = self.refusal.take() {
+            let rejected = config.breaker.count_refusal(rejected);
             return ResponseFuture::refused(Refusal::Rejected(rejected), config);
         }
         let permit = match config.breaker.allow_owned() {
@@ -532,6 +602,17 @@ where
             timeout_ns: config.timeout_ns,
             classify: config.classify.clone(),
         }
+    }
+}
+
+impl<S, C> BreakerService<S, C> {
+    /// Whether the breaker refuses calls now (a refusal kept for `call`).
+    #[inline]
+    fn refused(&mut self) -> bool {
+        if self.refusal.is_none() {
+            self.refusal = self.config.breaker.refusal();
+        }
+        self.refusal.is_some()
     }
 }
 

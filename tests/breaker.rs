@@ -1209,3 +1209,175 @@ fn owned_permits_count_as_borrowed_ones_and_give_probe_slots_back() {
     probe.record_latency(MS, true);
     assert_eq!(weak.snapshot().probe_successes, 1);
 }
+
+// ------------------------------------------------------------ listeners
+
+/// Listeners add up: each gets every event, in order; one that panics does
+/// not keep the others from theirs.
+#[test]
+fn every_listener_gets_every_transition_in_order() {
+    let clock = ManualClock::new();
+    let (first, log) = recorder();
+    let (second, metrics) = recorder();
+    let b = builder(&clock)
+        .on_transition(log)
+        .on_transition(|_| panic!("a listener bug (expected by this test)"))
+        .on_transition(metrics)
+        .build()
+        .unwrap();
+    b.trip_now();
+    b.force_closed();
+    b.reset();
+    let states = |seen: &Arc<Mutex<Vec<Transition>>>| seen.lock().unwrap().iter().map(|t| t.to).collect::<Vec<_>>();
+    assert_eq!(states(&first), [State::Open, State::Closed, State::Closed]);
+    assert_eq!(states(&second), states(&first));
+    assert_eq!(b.snapshot().listener_panics, 3);
+}
+
+// ---------------------------------------------------------------- reset
+
+/// `reset()` on a CLOSED breaker loses the statistics, as resilience4j's,
+/// failsafe-rs's and Polly's do: failures before it never add to failures
+/// after it; and it is still no transition.
+#[test]
+fn reset_on_a_closed_breaker_clears_the_counts_and_is_no_transition() {
+    let clock = ManualClock::new();
+    let (seen, listener) = recorder();
+    let b = builder(&clock)
+        .failure_count(5, Duration::from_secs(30))
+        .on_transition(listener)
+        .build()
+        .unwrap();
+    // Failures counted over past windows, and in the window in progress.
+    for _ in 0..2 {
+        b.allow().unwrap().record_latency(MS, false);
+    }
+    next_window(&b, &clock);
+    for _ in 0..2 {
+        b.allow().unwrap().record_latency(MS, false);
+    }
+    let generation = b.snapshot().generation;
+    b.reset();
+    b.allow().unwrap().record_latency(MS, false);
+    next_window(&b, &clock);
+    assert_eq!(
+        b.state(),
+        State::Closed,
+        "4 failures before the reset and 1 after: no trip"
+    );
+    let s = b.snapshot();
+    assert_eq!((s.generation, s.window.errors), (generation, 1), "{s:?}");
+    assert!(seen.lock().unwrap().is_empty(), "no transition event");
+    // Then five failures do trip it.
+    for _ in 0..4 {
+        b.allow().unwrap().record_latency(MS, false);
+    }
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open);
+}
+
+#[test]
+fn reset_on_a_closed_breaker_clears_the_error_span_and_the_breach_streak() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).trip_windows(2).build().unwrap();
+    // A breaching window: one of the two needed.
+    traffic(&b, 100, 10, 0);
+    next_window(&b, &clock);
+    assert_eq!(b.snapshot().consecutive_breaches, 1);
+    b.reset();
+    assert_eq!(b.snapshot().consecutive_breaches, 0);
+    traffic(&b, 100, 10, 0);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Closed, "the streak restarted at the reset");
+    b.reset();
+    // The rolling error span (10 windows, 50%): 14 of 30 in a closed
+    // window, 10 of 10 in the window in progress, then a reset, then 9 of
+    // 20. Counted across the reset that is 33 of 60 (55%): a trip; after
+    // it, 9 of 20 (45%).
+    traffic(&b, 30, 0, 14);
+    next_window(&b, &clock);
+    traffic(&b, 10, 0, 10);
+    b.reset();
+    traffic(&b, 20, 0, 9);
+    next_window(&b, &clock);
+    let s = b.snapshot();
+    assert_eq!(
+        (s.state, s.window.calls, s.window.errors),
+        (State::Closed, 20, 9),
+        "{s:?}"
+    );
+}
+
+// ------------------------------------------------------- in-flight claims
+
+/// Only calls admitted before a transition are stale at the first close
+/// after it: a call admitted after it, in the current generation, is
+/// judged, and if it hangs it is counted slow in flight.
+#[test]
+fn a_call_admitted_after_a_transition_is_never_claimed_stale() {
+    for transition in ["force_closed", "reset", "metrics_only", "probe closes"] {
+        let clock = ManualClock::new();
+        let b = builder(&clock)
+            .track_in_flight(true)
+            .success_to_close(1)
+            .build()
+            .unwrap();
+        match transition {
+            "force_closed" => b.force_closed(),
+            "metrics_only" => b.metrics_only(),
+            "reset" => {
+                b.trip_now();
+                b.reset();
+            }
+            _ => {
+                b.trip_now();
+                clock.advance(SEC);
+                b.allow().unwrap().record_latency(MS, true);
+                assert_eq!(b.state(), State::Closed);
+            }
+        }
+        let generation = b.snapshot().generation;
+        let hung = b.allow().unwrap();
+        clock.advance(2 * SEC);
+        b.tick();
+        let w = b.snapshot().window;
+        assert_eq!(w.stale, 0, "{transition}: admitted after the transition: {w:?}");
+        clock.advance(SEC);
+        b.tick();
+        let s = b.snapshot();
+        assert_eq!(s.generation, generation);
+        assert_eq!(
+            (s.window.in_flight_slow, s.window.slow, s.totals.stale),
+            (1, 1, 0),
+            "{transition}: the hung call counts slow in flight: {s:?}"
+        );
+        hung.record(true);
+        clock.advance(SEC);
+        b.tick();
+        let w = b.snapshot().window;
+        assert_eq!((w.calls, w.stale), (0, 0), "{transition}: counted once: {w:?}");
+    }
+}
+
+/// And a call admitted before the transition is still stale: never judged
+/// in the later generation's windows, in flight or returned.
+#[test]
+fn a_call_admitted_before_a_transition_is_stale_in_flight_and_returned() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).track_in_flight(true).build().unwrap();
+    let before = b.allow().unwrap();
+    let hung_before = b.allow().unwrap();
+    b.force_closed();
+    let after = b.allow().unwrap();
+    clock.advance(2 * SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.stale, w.in_flight_slow), (2, 0), "the two from before: {w:?}");
+    before.record(true);
+    after.record(true);
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.stale, w.in_flight_slow), (1, 0, 0), "{w:?}");
+    drop(hung_before);
+}

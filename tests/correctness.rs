@@ -511,11 +511,17 @@ fn f13_an_override_already_in_force_changes_nothing() {
     }
     b.tick();
     assert_eq!(seen.lock().unwrap().len(), 5, "{:?}", seen.lock().unwrap());
-    // A breaching window with a reset() of the normal CLOSED breaker in the
-    // middle of it is judged as usual.
+    // A reset() of the normal CLOSED breaker in the middle of a breaching
+    // window loses what was counted before it (issue 15, finding 12: as
+    // resilience4j's, failsafe-rs's and Polly's resets do): not judged.
     next_window(&b, &clock);
     traffic(&b, 100, 10, 0);
     b.reset();
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(b.snapshot().window.calls, 0);
+    // What comes after it is judged as usual.
+    traffic(&b, 100, 10, 0);
     next_window(&b, &clock);
     assert_eq!(b.state(), State::Open);
 }

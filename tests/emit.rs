@@ -35,11 +35,7 @@ fn emitter<T>(b: &Breaker, capacity: usize) -> Emitter<T> {
 /// pending.
 fn assert_conserved(s: &EmitterStats, emitted: u64) {
     assert_eq!(s.emitted(), emitted, "{s:?}");
-    assert_eq!(
-        s.diverted(),
-        s.replayed + s.replay_handed_back + s.drained + s.displaced + s.queued as u64 + u64::from(s.pending),
-        "{s:?}"
-    );
+    assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
 }
 
 #[test]
@@ -533,4 +529,177 @@ fn many_threads_through_a_flapping_consumer_conserve_every_trigger() {
     assert_eq!(s.handed_back_full + s.displaced, handed.load(Ordering::Relaxed) as u64);
     assert_eq!(s.bulkhead_in_flight, 0);
     assert!(s.diverted() > 0 && s.delivered > 0, "{s:?}");
+}
+
+// ------------------------------------------------------- override modes
+// Every override behaves through the emitter exactly as through `allow()`.
+
+#[test]
+fn every_override_mode_behaves_through_the_emitter_as_through_allow() {
+    let clock = ManualClock::new();
+    let call = |clock: &ManualClock| {
+        let clock = clock.clone();
+        move |_: &u32, d: &tailguard::emit::Deadline<'_>| {
+            clock.advance(60 * MS);
+            assert_eq!(d.remaining(), 140 * MS, "the deadline counts from the emit's start");
+            Ok::<_, ()>(())
+        }
+    };
+    // Disabled: passes, measures nothing.
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    b.disable();
+    assert_eq!(
+        e.emit_blocking(1, Priority::Routine, call(&clock)),
+        Emitted::Delivered(())
+    );
+    clock.advance(SEC);
+    b.tick();
+    let (s, w) = (e.stats(), b.snapshot().window);
+    assert_eq!((s.delivered, s.overran, w.calls), (1, 0, 0), "{s:?} {w:?}");
+    // Forced closed: passes and measures (60 ms: slow), never trips.
+    b.force_closed();
+    for _ in 0..30 {
+        assert_eq!(
+            e.emit_blocking(1, Priority::Routine, call(&clock)),
+            Emitted::Delivered(())
+        );
+    }
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.slow, b.state()), (30, 30, State::Closed));
+    // Forced open: diverted, the consumer never called.
+    b.force_open();
+    let out = e.emit_blocking(2, Priority::Routine, |_, _| -> Result<(), ()> { unreachable!() });
+    assert!(
+        matches!(out, Emitted::Diverted { reason: Divert::Open(r), .. } if r.reason() == RejectReason::ForcedOpen),
+        "{out:?}"
+    );
+    // Metrics-only, shadow state OPEN: passes, one shadow rejection per emit.
+    b.metrics_only();
+    b.trip_now();
+    assert_eq!(b.state(), State::Open);
+    for n in 1..=3 {
+        assert_eq!(
+            e.emit_blocking(3, Priority::Routine, call(&clock)),
+            Emitted::Delivered(())
+        );
+        assert_eq!(b.snapshot().shadow_rejections, n);
+    }
+}
+
+// ----------------------------------------------------- counted, monotonic
+
+/// Every counter the emitter exports only goes up, whatever races it: a
+/// reader sees `delivered` (and every other counter) never go back while
+/// emits deliver, divert and hand back on other threads.
+#[test]
+fn every_emitter_counter_is_monotonic_while_emits_race() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(64).unwrap())
+        .bulkhead(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|t| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                for i in 0..40_000u64 {
+                    let _ = e.emit_blocking(
+                        i,
+                        Priority::Routine,
+                        |n, _| if (n + t) % 7 == 0 { Err(()) } else { Ok(()) },
+                    );
+                    if i % 64 == 0 {
+                        e.drain(64, |_, _| {});
+                    }
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let (e, stop) = (e.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let fields = |s: &EmitterStats| {
+                [
+                    s.delivered,
+                    s.overran,
+                    s.diverted_open,
+                    s.diverted_bulkhead,
+                    s.diverted_timeout,
+                    s.diverted_failed,
+                    s.handed_back_full,
+                    s.handed_back_shut_down,
+                    s.displaced,
+                    s.cancelled,
+                    s.dropped_in_panics,
+                    s.replayed,
+                    s.replay_handed_back,
+                    s.drained,
+                    s.bulkhead_rejections,
+                    s.emit_times.count(),
+                ]
+            };
+            let mut last = fields(&e.stats());
+            let mut backwards = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let now = fields(&e.stats());
+                backwards += now.iter().zip(&last).filter(|(n, l)| n < l).count();
+                last = now;
+            }
+            backwards
+        })
+    };
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(reader.join().unwrap(), 0, "a counter went backwards");
+    let s = e.stats();
+    assert!(s.diverted_bulkhead > 0 && s.delivered > 0, "both outcomes raced: {s:?}");
+    assert_conserved(&s, 80_000);
+}
+
+// ---------------------------------------------------- triggers queued by hand
+
+/// A trigger queued by hand is counted: the identities hold, and a
+/// `Critical` queued by hand that displaces a diverted trigger counts it
+/// as displaced.
+#[test]
+fn triggers_queued_by_hand_are_counted_and_the_identities_hold() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<&str>(&b, 2);
+    b.trip_now();
+    let _ = e.emit_blocking("diverted", Priority::Idle, |_, _| Ok::<_, ()>(()));
+    assert!(matches!(
+        e.enqueue("by hand", Priority::Routine),
+        Ok(tailguard::dlq::Pushed::Queued)
+    ));
+    // Full: a Critical by hand displaces the Idle one, handed back here.
+    match e.enqueue("critical by hand", Priority::Critical) {
+        Ok(tailguard::dlq::Pushed::Displaced(t, class)) => assert_eq!((t, class), ("diverted", Priority::Idle)),
+        other => panic!("{other:?}"),
+    }
+    let s = e.stats();
+    assert_eq!((s.queued_by_hand, s.displaced, s.queued), (2, 1, 2), "{s:?}");
+    assert_conserved(&s, 1);
+    b.reset();
+    let r = e.replay_blocking(10, |_, _| Ok::<_, ()>(()));
+    assert_eq!(r.delivered, 2);
+    let s = e.stats();
+    assert_eq!(s.replayed, 2);
+    assert_conserved(&s, 1);
+    // Refused by a full queue with nothing to give way: handed back, not counted in.
+    let _ = e.enqueue("a", Priority::Critical);
+    let _ = e.enqueue("b", Priority::Critical);
+    match e.enqueue("c", Priority::Critical) {
+        Err((t, HandBack::QueueFull)) => assert_eq!(t, "c"),
+        other => panic!("{other:?}"),
+    }
+    assert_conserved(&e.stats(), 1);
 }

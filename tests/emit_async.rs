@@ -11,6 +11,9 @@ use tailguard::emit::{tick_every, Divert, Emitted, Emitter, EmitterStats, Replay
 use tailguard::{Breaker, Bulkhead, State};
 use tokio::time::{sleep, Instant};
 
+#[path = "support/hook.rs"]
+mod hook;
+
 const MS: Duration = Duration::from_millis(1);
 
 fn breaker() -> Breaker {
@@ -34,11 +37,7 @@ fn emitter(b: &Breaker, bulkhead: &Bulkhead) -> Emitter<u64> {
 
 fn assert_conserved(s: &EmitterStats, emitted: u64) {
     assert_eq!(s.emitted(), emitted, "{s:?}");
-    assert_eq!(
-        s.diverted(),
-        s.replayed + s.replay_handed_back + s.drained + s.displaced + s.queued as u64 + u64::from(s.pending),
-        "{s:?}"
-    );
+    assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -372,4 +371,236 @@ async fn one_slow_consumer_leaves_the_others_alone() {
     let s = emitters[0].stats();
     assert_eq!(s.replayed, s.diverted(), "{s:?}");
     assert_conserved(&s, 3100);
+}
+
+// ------------------------------------------------------- override modes
+
+#[tokio::test(start_paused = true)]
+async fn every_override_mode_behaves_through_the_async_emitter_as_through_allow() {
+    let b = breaker();
+    let e = emitter(&b, &Bulkhead::new(4).unwrap());
+    let slow = |d: Duration| {
+        move |_: &u64| async move {
+            sleep(d).await;
+            Ok::<_, ()>(())
+        }
+    };
+    let close = || async {
+        sleep(Duration::from_secs(1)).await;
+        b.tick();
+        b.snapshot().window
+    };
+    // Disabled: passes; the timeout still cuts at 200 ms, not at once; measures nothing.
+    b.disable();
+    assert!(e.emit(1, Priority::Routine, slow(50 * MS)).await.is_delivered());
+    let t0 = Instant::now();
+    let out = e.emit(2, Priority::Routine, slow(Duration::from_secs(5))).await;
+    assert_eq!(Instant::now() - t0, 200 * MS);
+    assert!(
+        matches!(out, Emitted::Diverted { reason: Divert::TimedOut(d), .. } if d == 200 * MS),
+        "{out:?}"
+    );
+    let w = close().await;
+    assert_eq!((w.calls, e.stats().overran), (0, 0), "{w:?}");
+    // Forced closed: measured, never trips.
+    b.force_closed();
+    for i in 0..30 {
+        assert!(e.emit(i, Priority::Routine, slow(60 * MS)).await.is_delivered());
+    }
+    let w = close().await;
+    assert_eq!((w.calls, w.slow, b.state()), (30, 30, State::Closed));
+    // Forced open: diverted without a call.
+    b.force_open();
+    let out = e
+        .emit(3, Priority::Routine, |_| async { unreachable!() as Result<(), ()> })
+        .await;
+    assert!(
+        matches!(
+            out,
+            Emitted::Diverted {
+                reason: Divert::Open(_),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    // Metrics-only with the shadow state OPEN: passes, one shadow rejection each.
+    b.metrics_only();
+    b.trip_now();
+    for n in 1..=3 {
+        assert!(e.emit(4, Priority::Routine, slow(MS)).await.is_delivered());
+        assert_eq!(b.snapshot().shadow_rejections, n);
+    }
+}
+
+// -------------------------------------------- shutdown and an async replay
+
+/// `shutdown` cannot block on an async replay (it may be suspended on this
+/// very thread): from the shutdown on, that replay queues nothing. Its
+/// trigger in flight is delivered or handed back to the replay's caller,
+/// whatever ends the call: a failure, a timeout, a refusal.
+#[tokio::test(start_paused = true)]
+async fn after_shutdown_an_async_replay_in_flight_hands_back_instead_of_keeping() {
+    for ending in ["fails", "times out"] {
+        let b = breaker();
+        let e = emitter(&b, &Bulkhead::new(4).unwrap());
+        b.trip_now();
+        for i in 0..3 {
+            let _ = e.emit(i, Priority::Routine, |_| async { Ok::<_, ()>(()) }).await;
+        }
+        b.reset();
+        let replay = {
+            let e = e.clone();
+            tokio::spawn(async move {
+                e.replay(10, move |t| {
+                    let t = *t;
+                    async move {
+                        match (t, ending) {
+                            (0, _) => Ok(()),
+                            (_, "fails") => {
+                                sleep(100 * MS).await;
+                                Err(())
+                            }
+                            _ => {
+                                sleep(Duration::from_secs(1)).await;
+                                Ok(())
+                            }
+                        }
+                    }
+                })
+                .await
+            })
+        };
+        sleep(MS).await; // trigger 1 in flight
+        let mut drained = Vec::new();
+        assert_eq!(e.shutdown(|t, _| drained.push(t)), 1, "trigger 2 from the queue");
+        let r = replay.await.unwrap();
+        assert_eq!(r.delivered, 1, "{ending}: {r:?}");
+        assert_eq!(r.handed_back, Some((1, Priority::Routine)), "{ending}: {r:?}");
+        let s = e.stats();
+        assert!(
+            !s.pending && s.queued == 0,
+            "{ending}: nothing kept after the shutdown: {s:?}"
+        );
+        assert_eq!(drained, [2]);
+        assert_conserved(&s, 3);
+    }
+}
+
+/// An async replay whose admission is refused after a shutdown (between
+/// taking the trigger from the queue and the breaker's verdict, forced
+/// with a clock hook) hands the trigger back rather than putting it back
+/// at the head of a shut-down emitter.
+#[tokio::test(start_paused = true)]
+async fn after_shutdown_a_replayed_trigger_refused_by_the_breaker_is_handed_back() {
+    let clock = hook::HookClock::new();
+    let b = Breaker::builder().clock(clock.source()).ticker(false).build().unwrap();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .build()
+        .unwrap();
+    b.trip_now();
+    let _ = e.emit(7, Priority::Routine, |_| async { Ok::<_, ()>(()) }).await;
+    b.reset();
+    // The replay's first clock read is its emit's start, after it took 7.
+    let (b2, e2) = (b.clone(), e.clone());
+    clock.at_read(1, move || {
+        assert_eq!(
+            e2.shutdown(|_, _| {}),
+            0,
+            "7 is out of the queue, in the replay's hands"
+        );
+        b2.force_open();
+    });
+    let r = e.replay(10, |_| async { Ok::<_, ()>(()) }).await;
+    assert!(clock.fired());
+    assert_eq!(r.handed_back, Some((7, Priority::Routine)), "{r:?}");
+    let s = e.stats();
+    assert!(!s.pending, "{s:?}");
+    assert_conserved(&s, 1);
+}
+
+/// `shutdown_async` waits for a running replay (blocking or async), so that
+/// nothing is kept after its drain, even when the replay's call panics.
+#[tokio::test(start_paused = true)]
+async fn shutdown_async_waits_for_a_running_replay_and_drains_what_it_kept() {
+    let b = breaker();
+    let e = emitter(&b, &Bulkhead::new(4).unwrap());
+    b.trip_now();
+    for i in 0..2 {
+        let _ = e.emit(i, Priority::Routine, |_| async { Ok::<_, ()>(()) }).await;
+    }
+    b.reset();
+    let replay = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            e.replay(10, |_| async {
+                sleep(100 * MS).await;
+                if true {
+                    panic!("a consumer bug (expected by this test)");
+                }
+                Ok::<_, ()>(())
+            })
+            .await
+        })
+    };
+    sleep(MS).await;
+    let shutdown = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            let mut drained = Vec::new();
+            e.shutdown_async(|t, _| drained.push(t)).await;
+            drained
+        })
+    };
+    sleep(10 * MS).await;
+    assert!(!shutdown.is_finished(), "waits for the replay");
+    assert!(replay.await.unwrap_err().is_panic());
+    let drained = shutdown.await.unwrap();
+    assert_eq!(drained, [0, 1], "the trigger the panicking call kept, first");
+    let s = e.stats();
+    assert!(!s.pending && s.queued == 0, "{s:?}");
+    assert_conserved(&s, 2);
+}
+
+// ------------------------------------------------------------ clock reads
+
+/// "One read of the breaker's clock starts the emit ...; one more ends it",
+/// also for a call that is not ready on its first poll (its timer is armed
+/// from the start reading, not from a third read).
+#[tokio::test(start_paused = true)]
+async fn an_async_emit_reads_the_breaker_clock_twice_even_when_it_arms_a_timer() {
+    #[derive(Default)]
+    struct Counting(AtomicU64);
+    impl tailguard::clock::Clock for Counting {
+        fn now_nanos(&self) -> u64 {
+            self.0.fetch_add(1, Ordering::SeqCst) * 1_000
+        }
+    }
+    let clock = Arc::new(Counting::default());
+    let b = Breaker::builder()
+        .clock(ClockSource::custom(
+            Arc::clone(&clock) as Arc<dyn tailguard::clock::Clock>
+        ))
+        .ticker(false)
+        .build()
+        .unwrap();
+    let e: Emitter<u64> = Emitter::builder(b, DeadLetterQueue::with_capacity(8).unwrap())
+        .timeout(200 * MS)
+        .unwrap()
+        .build()
+        .unwrap();
+    for pending_first in [false, true] {
+        let before = clock.0.load(Ordering::SeqCst);
+        let out = e
+            .emit(1, Priority::Routine, move |_| async move {
+                if pending_first {
+                    sleep(10 * MS).await;
+                }
+                Ok::<_, ()>(())
+            })
+            .await;
+        assert!(out.is_delivered());
+        let reads = clock.0.load(Ordering::SeqCst) - before;
+        assert_eq!(reads, 2, "pending first: {pending_first}");
+    }
 }

@@ -599,10 +599,173 @@ fn an_attached_emitter_exports_its_emit_times_outcomes_and_bulkhead() {
     );
     assert_eq!(line("breaker_emits_cancelled_total{consumer=\"pricing\"}"), 1.0);
     assert_eq!(line("breaker_emit_panic_drops_total{consumer=\"pricing\"}"), 1.0);
-    assert_eq!(line("breaker_bulkhead_in_flight{consumer=\"pricing\"}"), 0.0);
+    assert_eq!(line("breaker_bulkhead_in_flight{bulkhead=\"pricing\"}"), 0.0);
+    assert_eq!(line("breaker_bulkhead_max_in_flight{bulkhead=\"pricing\"}"), 2.0);
     assert_eq!(line("breaker_fallback_depth{consumer=\"pricing\"}"), 1.0);
     assert!(
         !text.contains("breaker_emit_seconds_count{consumer=\"search\"}"),
         "no emitter, no series"
+    );
+}
+
+/// One bulkhead shared by two emitters is exported once: its in-flight
+/// gauge under a `bulkhead` label naming the consumers that share it, and
+/// each consumer's rejections its own share, so a sum over consumers
+/// counts each refusal once.
+#[test]
+fn a_shared_bulkhead_is_exported_once_and_rejections_are_each_emitter_s_share() {
+    use tailguard::emit::Emitter;
+    use tailguard::Bulkhead;
+    let registry = Registry::new();
+    let shared = Bulkhead::new(1).unwrap();
+    let emitter = |name: &str| {
+        let b = registry
+            .get_or_create(name, || Breaker::builder().ticker(false))
+            .unwrap();
+        let e = Emitter::builder(b, DeadLetterQueue::with_capacity(8).unwrap())
+            .shared_bulkhead(shared.clone())
+            .build()
+            .unwrap();
+        assert!(registry.attach_emitter(name, &e));
+        e
+    };
+    let (pricing, dispatch) = (emitter("pricing"), emitter("dispatch"));
+    // pricing holds the one slot while each emitter is refused once more.
+    let _ = pricing.emit_blocking(1u8, Priority::Routine, |_, _| {
+        let _ = pricing.emit_blocking(2u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        let _ = dispatch.emit_blocking(3u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        let _ = dispatch.emit_blocking(4u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        let text = encode_text(&registry);
+        let in_flight: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("breaker_bulkhead_in_flight"))
+            .collect();
+        assert_eq!(
+            in_flight,
+            ["breaker_bulkhead_in_flight{bulkhead=\"dispatch+pricing\"} 1"],
+            "{text}"
+        );
+        Ok::<_, ()>(())
+    });
+    assert_eq!(shared.rejections(), 3);
+    let text = encode_text(&registry);
+    let rejected: Vec<(String, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with("breaker_bulkhead_rejected_total"))
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').unwrap();
+            (series.to_string(), v.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            (
+                "breaker_bulkhead_rejected_total{consumer=\"dispatch\"}".to_string(),
+                2.0
+            ),
+            ("breaker_bulkhead_rejected_total{consumer=\"pricing\"}".to_string(), 1.0)
+        ],
+        "{text}"
+    );
+    assert_eq!(rejected.iter().map(|(_, v)| v).sum::<f64>(), shared.rejections() as f64);
+}
+
+/// Every counter in the exposition (every `_total`, every histogram
+/// bucket and count) is monotonic between scrapes while emits, replays,
+/// drains, window closes and scrapes race on other threads.
+#[test]
+fn every_exported_counter_is_monotonic_while_everything_races() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tailguard::emit::Emitter;
+    let registry = Registry::new();
+    let b = registry
+        .get_or_create("pricing", || {
+            Breaker::builder()
+                .ticker(false)
+                .window(Duration::from_millis(1))
+                .min_calls(5)
+                .trip_windows(1)
+                .base_backoff(Duration::from_micros(200))
+                .max_backoff(Duration::from_millis(1))
+        })
+        .unwrap();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(32).unwrap())
+        .bulkhead(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(registry.attach_emitter("pricing", &e));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for t in 0..2u64 {
+        let (e, stop) = (e.clone(), Arc::clone(&stop));
+        workers.push(std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let _ = e.emit_blocking(
+                    i,
+                    Priority::Routine,
+                    |n, _| if (n + t) % 5 == 0 { Err(()) } else { Ok(()) },
+                );
+                match i % 97 {
+                    0 => drop(e.drain(8, |_, _| {})),
+                    13 => drop(e.replay_blocking(4, |n, _| if n % 3 == 0 { Err(()) } else { Ok(()) })),
+                    _ => {}
+                }
+            }
+        }));
+    }
+    {
+        let (b, stop) = (b.clone(), Arc::clone(&stop));
+        workers.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                b.tick();
+                std::thread::yield_now();
+            }
+        }));
+    }
+    let counters = |text: &str| -> BTreeMap<String, f64> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(series, _)| {
+                let name = series.split('{').next().unwrap();
+                name.ends_with("_total") || name.ends_with("_bucket") || name.ends_with("_count")
+            })
+            .map(|(series, v)| (series.to_string(), v.parse().unwrap()))
+            .collect()
+    };
+    let mut last = counters(&encode_text(&registry));
+    let mut backwards = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut scrapes = 0;
+    while std::time::Instant::now() < deadline {
+        let now = counters(&encode_text(&registry));
+        for (series, v) in &now {
+            if last.get(series).is_some_and(|l| v < l) {
+                backwards.push(format!("{series}: {} -> {v}", last[series]));
+            }
+        }
+        last = now;
+        scrapes += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(scrapes > 50, "{scrapes} scrapes");
+    assert!(
+        backwards.is_empty(),
+        "{} went backwards: {:?}",
+        backwards.len(),
+        &backwards[..backwards.len().min(10)]
+    );
+    let s = e.stats();
+    assert!(
+        s.delivered > 0 && s.diverted() > 0 && s.replayed > 0,
+        "everything raced: {s:?}"
     );
 }

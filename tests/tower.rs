@@ -322,3 +322,303 @@ async fn a_good_probe_through_the_layer_closes_it() {
     assert_eq!(r.status(), 200);
     assert_eq!(b.state(), State::Closed, "one good probe closes it");
 }
+
+// ------------------------------------------------------- override modes
+// Every override behaves through the layer exactly as through `allow()`.
+
+/// A service answering after `d` of tokio's time.
+fn answering_after(
+    d: Duration,
+) -> impl Service<(), Response = (), Error = (), Future = impl Future<Output = Result<(), ()>>> + Clone {
+    service_fn(move |()| async move {
+        tokio::time::sleep(d).await;
+        Ok::<_, ()>(())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_disabled_breaker_passes_timed_requests_cuts_them_at_the_timeout_and_measures_nothing() {
+    let b = breaker();
+    b.disable();
+    let layer = BreakerLayer::new(b.clone())
+        .timeout(200 * MS)
+        .unwrap()
+        .classify(ErrorsOnly);
+    let mut fast = layer.layer(answering_after(50 * MS));
+    let t0 = tokio::time::Instant::now();
+    let r = fast.ready().await.unwrap().call(()).await;
+    assert!(r.is_ok(), "50 ms is within the 200 ms timeout: {r:?}");
+    assert_eq!(t0.elapsed(), 50 * MS);
+    let mut slow = layer.layer(answering_after(Duration::from_secs(5)));
+    let t0 = tokio::time::Instant::now();
+    let err = slow.ready().await.unwrap().call(()).await.unwrap_err();
+    assert!(matches!(err, BreakerError::TimedOut(d) if d == 200 * MS), "{err:?}");
+    assert_eq!(t0.elapsed(), 200 * MS, "cut at the timeout, not at once");
+    let s = close(&b).await;
+    assert_eq!(
+        (s.window.calls, s.totals.calls, s.state),
+        (0, 0, State::Closed),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forced_closed_breaker_passes_and_measures_through_the_layer_and_never_trips() {
+    let b = breaker();
+    b.force_closed();
+    let mut svc = BreakerLayer::new(b.clone())
+        .timeout(200 * MS)
+        .unwrap()
+        .classify(ErrorsOnly)
+        .layer(answering_after(60 * MS));
+    for _ in 0..10 {
+        svc.ready().await.unwrap().call(()).await.unwrap();
+    }
+    let s = close(&b).await;
+    assert_eq!(
+        (s.window.calls, s.window.slow, s.state),
+        (10, 10, State::Closed),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forced_open_breaker_refuses_through_the_layer_without_waiting_for_readiness() {
+    let b = breaker();
+    b.force_open();
+    let calls = Arc::new(AtomicUsize::new(0));
+    // The inner service is never ready: a forced-open breaker still answers at once.
+    let svc = BreakerLayer::new(b.clone())
+        .classify(ErrorsOnly)
+        .layer(tower::limit::ConcurrencyLimitLayer::new(1).layer(hanging(&calls)));
+    let mut holder = svc.clone();
+    let mut cx = Context::from_waker(Waker::noop());
+    let _ = holder.poll_ready(&mut cx);
+    let mut svc = svc;
+    let err = svc.ready().await.unwrap().call(()).await.unwrap_err();
+    assert!(
+        matches!(&err, BreakerError::Rejected(r) if r.reason() == RejectReason::ForcedOpen),
+        "{err:?}"
+    );
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    assert_eq!(b.snapshot().rejections.forced, 1);
+}
+
+/// Metrics-only: one request with the shadow state OPEN is one shadow
+/// rejection (the figure an operator reads before enforcing), and passes.
+#[tokio::test(start_paused = true)]
+async fn a_metrics_only_breaker_passes_and_counts_one_shadow_rejection_per_request() {
+    let b = breaker();
+    b.metrics_only();
+    b.trip_now();
+    assert_eq!(b.state(), State::Open);
+    let mut svc = BreakerLayer::new(b.clone())
+        .timeout(200 * MS)
+        .unwrap()
+        .classify(ErrorsOnly)
+        .layer(answering_after(MS));
+    for n in 1..=3 {
+        svc.ready().await.unwrap().call(()).await.unwrap();
+        assert_eq!(b.snapshot().shadow_rejections, n);
+    }
+}
+
+// ------------------------------------------------------ fail fast, parked
+// "A full concurrency limit behind an open breaker still fails fast": also
+// for a request that began waiting while the breaker was CLOSED.
+
+fn hanging_io(
+    calls: &Arc<AtomicUsize>,
+) -> impl Service<(), Response = (), Error = std::io::Error, Future = impl Future<Output = Result<(), std::io::Error>>>
+       + Clone
+       + Send
+       + 'static {
+    let calls = Arc::clone(calls);
+    service_fn(move |()| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        pending::<Result<(), std::io::Error>>()
+    })
+}
+
+/// Trips `b` through a window of slow calls closed by `tick` (the way a
+/// slow consumer trips it), or by hand.
+async fn trip_it(b: &Breaker, by_window: bool) {
+    if by_window {
+        for _ in 0..5 {
+            b.allow().unwrap().record_latency(60 * MS, true);
+        }
+        tokio::time::advance(100 * MS).await;
+        b.tick();
+    } else {
+        b.trip_now();
+    }
+    assert_eq!(b.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_parked_on_a_full_limit_is_woken_and_refused_when_the_breaker_opens() {
+    for by_window in [false, true] {
+        let b = breaker();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = BreakerLayer::new(b.clone())
+            .classify(ErrorsOnly)
+            .layer(tower::limit::ConcurrencyLimitLayer::new(1).layer(hanging_io(&calls)));
+        let mut first = svc.clone();
+        let hung = first.ready().await.unwrap().call(());
+        let mut second = svc.clone();
+        let waiting = tokio::spawn(async move { second.ready().await?.call(()).await });
+        tokio::time::sleep(MS).await;
+        assert!(!waiting.is_finished(), "parked behind the limit while CLOSED");
+        trip_it(&b, by_window).await;
+        let out = tokio::time::timeout(MS, waiting)
+            .await
+            .expect("woken and refused when the breaker opened")
+            .unwrap();
+        assert!(matches!(out, Err(BreakerError::Rejected(_))), "{out:?}");
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            1,
+            "only the first request reached the service"
+        );
+        drop(hung);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_a_buffer_parked_and_new_requests_fail_fast_when_the_breaker_opens() {
+    let b = breaker();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let inner = BreakerLayer::new(b.clone())
+        .classify(ErrorsOnly)
+        .layer(tower::limit::ConcurrencyLimitLayer::new(1).layer(hanging_io(&calls)));
+    let buffered = tower::buffer::Buffer::new(inner, 8);
+    let send = |svc: &tower::buffer::Buffer<(), _>| {
+        let mut svc = svc.clone();
+        tokio::spawn(async move { svc.ready().await?.call(()).await })
+    };
+    let hung = send(&buffered);
+    tokio::time::sleep(MS).await;
+    let waiting = send(&buffered);
+    tokio::time::sleep(MS).await;
+    assert!(!waiting.is_finished());
+    trip_it(&b, true).await;
+    let rejected = |out: Result<(), tower::BoxError>| {
+        let err = out.unwrap_err();
+        matches!(
+            err.downcast_ref::<BreakerError<std::io::Error>>(),
+            Some(BreakerError::Rejected(_))
+        )
+    };
+    let out = tokio::time::timeout(MS, waiting)
+        .await
+        .expect("the waiting request is refused at once");
+    assert!(rejected(out.unwrap()));
+    let after = send(&buffered);
+    let out = tokio::time::timeout(MS, after)
+        .await
+        .expect("a request sent after the trip is refused at once");
+    assert!(rejected(out.unwrap()));
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    hung.abort();
+}
+
+// --------------------------------------------------- poll_ready and slots
+
+/// Past the backoff, `poll_ready` decides nothing: it neither takes the
+/// probe slot nor moves the breaker to HALF_OPEN; `call` does.
+#[test]
+fn poll_ready_past_the_backoff_takes_no_probe_and_makes_no_transition() {
+    let clock = tailguard::clock::ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    let mut svc = BreakerLayer::new(b.clone())
+        .classify(ErrorsOnly)
+        .layer(service_fn(|()| async { Ok::<_, ()>(()) }));
+    b.trip_now();
+    clock.advance(Duration::from_secs(1));
+    let generation = b.snapshot().generation;
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    let s = b.snapshot();
+    assert_eq!(
+        (s.state, s.generation, s.probes_in_flight),
+        (State::Open, generation, 0),
+        "{s:?}"
+    );
+    // Another caller between poll_ready and call gets the probe.
+    assert!(b.allow().unwrap().is_probe());
+}
+
+/// The race the deterministic test above rules out: `poll_ready` on one
+/// thread, an `allow` on another, at the instant the backoff runs out.
+/// The other caller is never refused for a probe slot nobody holds.
+#[test]
+fn poll_ready_never_makes_a_racing_caller_find_the_probe_slot_busy() {
+    let clock = tailguard::clock::ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    let svc = BreakerLayer::new(b.clone())
+        .classify(ErrorsOnly)
+        .layer(service_fn(|()| async { Ok::<_, ()>(()) }));
+    // Spin handshakes, not a `Barrier` (whose waker always lags the thread
+    // that releases it), and the allow delayed by 0..64 spins, so that the
+    // two calls meet at every offset.
+    use std::sync::atomic::AtomicU64;
+    let rounds = 20_000u64;
+    let (go, done) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let poller = {
+        let (go, done, mut svc) = (Arc::clone(&go), Arc::clone(&done), svc);
+        std::thread::spawn(move || {
+            let mut cx = Context::from_waker(Waker::noop());
+            for round in 1..=rounds {
+                while go.load(Ordering::Acquire) != round {
+                    std::hint::spin_loop();
+                }
+                let _ = svc.poll_ready(&mut cx);
+                done.store(round, Ordering::Release);
+            }
+        })
+    };
+    let mut busy = 0;
+    for round in 1..=rounds {
+        b.reset();
+        b.trip_now();
+        clock.advance(Duration::from_secs(1));
+        go.store(round, Ordering::Release);
+        for _ in 0..round % 64 {
+            std::hint::spin_loop();
+        }
+        match b.allow() {
+            Err(r) if r.reason() == RejectReason::ProbesBusy => busy += 1,
+            Ok(p) => p.abandon(),
+            Err(_) => {}
+        }
+        while done.load(Ordering::Acquire) != round {
+            std::hint::spin_loop();
+        }
+    }
+    poller.join().unwrap();
+    assert_eq!(busy, 0, "refused ProbesBusy {busy} times with no probe out");
+}
+
+/// An error of the inner service's `poll_ready` is not a call: the request
+/// never reached it.
+#[tokio::test(start_paused = true)]
+async fn an_inner_poll_ready_error_says_the_service_was_not_called() {
+    #[derive(Debug)]
+    struct Gone;
+    impl Service<()> for Gone {
+        type Response = ();
+        type Error = &'static str;
+        type Future = std::future::Ready<Result<(), &'static str>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Err("connection pool closed"))
+        }
+        fn call(&mut self, (): ()) -> Self::Future {
+            unreachable!("never ready")
+        }
+    }
+    let b = breaker();
+    let mut svc = BreakerLayer::new(b.clone()).classify(ErrorsOnly).layer(Gone);
+    let err = svc.ready().await.unwrap_err();
+    assert!(!err.called(), "{err:?}");
+    assert_eq!(close(&b).await.window.errors, 0, "not a call: nothing for the breaker");
+}

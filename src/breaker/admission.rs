@@ -74,7 +74,7 @@ impl Inner {
     #[inline(always)]
     pub(super) fn normal_permit(&self, word: Word, start: u64) -> Core<'_> {
         let aux = if self.config.track_in_flight {
-            self.enter_flight(start)
+            self.enter_flight(start, word)
         } else {
             0
         };
@@ -92,12 +92,15 @@ impl Inner {
         loop {
             match word.mode() {
                 Mode::Disabled => {
+                    // Measures nothing, but keeps the reading it was given:
+                    // a caller timing the call from the permit's start (the
+                    // tower layer's timeout) must see the call's own age.
                     return Ok(Core {
                         inner: self,
-                        start: 0,
+                        start: raw,
                         tag: Tag::DISABLED,
                         aux: 0,
-                    })
+                    });
                 }
                 Mode::ForcedOpen => return Err(Rejected::new(RejectReason::ForcedOpen, u64::MAX)),
                 Mode::ForcedClosed => return Ok(self.normal_permit(word, raw)),

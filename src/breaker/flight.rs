@@ -19,7 +19,8 @@
 //! slots.
 
 use super::Inner;
-use crate::shard::INFLIGHT_SLOTS;
+use crate::shard::{Claim, Claimed, FLIGHT_GEN_MASK, INFLIGHT_SLOTS};
+use crate::state::Word;
 
 /// The length of an in-flight epoch: [`INFLIGHT_SLOTS`] slots must cover one
 /// window and one threshold, with four epochs to spare for a late close.
@@ -28,49 +29,70 @@ pub(super) fn epoch_ns(window_ns: u64, threshold_ns: u64) -> u64 {
 }
 
 impl Inner {
-    /// Enters a call starting at `start_raw` into its thread's shard's
-    /// in-flight slots: returns `(epoch + 1) << 10 | shard`, or 0 if the
-    /// call is not tracked (see the shard module).
+    /// Enters a call admitted under `word`, starting at `start_raw`, into
+    /// its thread's shard's in-flight slots, tagged with `word`'s
+    /// generation: returns `(epoch + 1) << 10 | shard`, or 0 if the call is
+    /// not tracked (see the shard module). A call that finds the generation
+    /// moved on once it is in leaves again at once, untracked: it is stale
+    /// whatever happens (its verdict says so), and a slot of its old
+    /// generation would keep the current one's calls out of it.
     #[inline]
-    pub(super) fn enter_flight(&self, start_raw: u64) -> u64 {
+    pub(super) fn enter_flight(&self, start_raw: u64, word: Word) -> u64 {
         let epoch = self.now_floored(start_raw) / self.epoch_ns;
         let index = self.shards.mine_index();
+        let gen = gen_tag(word);
         match self.shards.shared()[index].in_flight() {
-            Some(slots) if slots.enter(epoch) => (epoch + 1) << 10 | index as u64,
+            Some(slots) if slots.enter(epoch, gen) => {
+                if self.state.load().generation() != word.generation() {
+                    let _ = slots.leave(epoch, gen);
+                    return 0;
+                }
+                (epoch + 1) << 10 | index as u64
+            }
             _ => 0,
         }
     }
 
     /// The call entered as `aux` (see [`enter_flight`](Self::enter_flight))
-    /// returns: false if window close already counted it (as slow or stale).
+    /// under `word` returns: false if window close already counted it (as
+    /// slow or stale).
     #[inline]
-    pub(super) fn leave_flight(&self, aux: u64) -> bool {
+    pub(super) fn leave_flight(&self, aux: u64, word: Word) -> bool {
         let index = (aux & 0x3ff) as usize;
         match self.shards.shared()[index].in_flight() {
-            Some(slots) => slots.leave((aux >> 10) - 1),
+            Some(slots) => slots.leave((aux >> 10) - 1, gen_tag(word)),
             None => true,
         }
     }
 
-    /// Counts (and claims) the calls still in flight that started in an
-    /// epoch wholly older than the threshold, or, if `all` (the first close
-    /// after a transition: they are all from an earlier generation), every
-    /// call in flight. Reads the clock itself, after marking the slots
-    /// closing, and uses that reading alone: the close's own earlier reading
-    /// may be older than the clock a marked-in call read (a step back in
-    /// between), which would date that call before the claim's time.
-    pub(super) fn claim_in_flight(&self, all: bool) -> u64 {
+    /// Claims the calls still in flight (see [`Claim`]) for a close whose
+    /// state word is `word`: those admitted in an earlier generation as
+    /// stale, those admitted in `word`'s that started in an epoch wholly
+    /// older than the threshold as slow. Reads the clock itself, after
+    /// marking the slots closing, and uses that reading alone: the close's
+    /// own earlier reading may be older than the clock a marked-in call read
+    /// (a step back in between), which would date that call before the
+    /// claim's time.
+    pub(super) fn claim_in_flight(&self, word: Word, how: Claim) -> Claimed {
         let slots = || self.shards.shared().iter().filter_map(|s| s.in_flight());
         slots().for_each(|s| s.begin_close());
         let now = self.now_from_raw(self.clock.raw());
-        let g = self.epoch_ns;
-        let target = if all {
-            (now / g).saturating_add(1)
-        } else {
-            now.saturating_sub(self.config.threshold_ns) / g
-        };
-        let claimed = slots().map(|s| s.claim(target)).sum();
+        let target = now.saturating_sub(self.config.threshold_ns) / self.epoch_ns;
+        let gen = gen_tag(word);
+        let claimed = slots().fold(Claimed::default(), |sum, s| {
+            let c = s.claim(target, gen, how);
+            Claimed {
+                slow: sum.slow + c.slow,
+                stale: sum.stale + c.stale,
+            }
+        });
         slots().for_each(|s| s.end_close());
         claimed
     }
+}
+
+/// The in-flight generation tag of a state word.
+#[inline(always)]
+fn gen_tag(word: Word) -> u64 {
+    u64::from(word.generation()) & FLIGHT_GEN_MASK
 }

@@ -10,7 +10,8 @@
 //! - `transition.rs`: probe verdicts, re-opens, overrides, and what follows
 //!   a transition (deadline, flap, event);
 //! - `window.rs`: window close;
-//! - `flight.rs`: in-flight tracking.
+//! - `flight.rs`: in-flight tracking;
+//! - `watch.rs`: tasks parked elsewhere, woken when the breaker opens.
 //!
 //! The trip rule is `crate::trip`, the latency sketch `crate::sketch`, the
 //! state word `crate::state`, the counters `crate::shard`.
@@ -29,12 +30,16 @@ mod flight;
 mod permit;
 mod time;
 mod transition;
+mod watch;
 mod window;
 
 pub use permit::{LocalHandle, LocalPermit, OwnedPermit, Permit};
 
 use admission::Lease;
 use transition::{splitmix, Flaps};
+use watch::OpenWatch;
+#[cfg(any(feature = "tower", tailguard_loom))]
+pub(crate) use watch::WatchKey;
 use window::TickState;
 
 use crate::clock::ClockSource;
@@ -59,6 +64,7 @@ use std::time::Duration;
 /// | `deadline`, `opened_at`, `deadline_gen`, `trip_count`, `rng`, `flaps`, `flapping` | whoever makes a transition into OPEN or a re-open (hot path or window close), under `flaps` |
 /// | `tick`, `floor` | window close, under `tick` |
 /// | `events` | every transition queues; cold paths deliver |
+/// | `open_watch` | waiters register (cold); a transition into OPEN wakes them |
 pub(crate) struct Inner {
     // ---- set at build ----
     config: Config,
@@ -106,6 +112,8 @@ pub(crate) struct Inner {
 
     // ---- queued by every transition, delivered on cold paths ----
     events: Events,
+    /// Tasks parked elsewhere, woken by a transition into OPEN.
+    open_watch: OpenWatch,
 }
 
 impl fmt::Debug for Inner {
@@ -157,7 +165,7 @@ impl Breaker {
         config: Config,
         sizes: Sizes,
         clock: ClockSource,
-        listener: Option<Listener>,
+        listeners: Vec<Listener>,
         name: Option<Box<str>>,
     ) -> Self {
         static SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -211,7 +219,8 @@ impl Breaker {
             shadow_rejections: AtomicU64::new(0),
             rng: AtomicU64::new(seed),
             local_free: AtomicU64::new(local_free),
-            events: Events::new(listener, name.clone()),
+            events: Events::new(listeners, name.clone()),
+            open_watch: OpenWatch::new(),
             flaps: Mutex::new(Flaps {
                 times: flap_times,
                 pos: 0,
@@ -528,6 +537,77 @@ impl Breaker {
         self.inner.shards.shared().len()
     }
 
+    /// Whether a call now would be refused for certain, and how: OPEN with
+    /// its backoff running (and the clock sane), or forced open. Takes
+    /// nothing, changes nothing, counts nothing: for a caller that must
+    /// answer before it may ask for a permit (a tower service's
+    /// `poll_ready`). Anything else, `allow` decides. Reads the clock only
+    /// when the breaker is OPEN: in CLOSED it is one load of the state word.
+    #[cfg(any(feature = "tower", tailguard_loom))]
+    #[inline]
+    pub(crate) fn refusal(&self) -> Option<Rejected> {
+        use crate::report::RejectReason;
+        use crate::state::{FAST_PATH_MASK, OPEN_NORMAL};
+        let word = self.inner.state.load();
+        match word.0 & FAST_PATH_MASK {
+            0 => None,
+            OPEN_NORMAL => self.inner.reject_open_fast(word, self.inner.clock.raw()),
+            _ if word.mode() == Mode::ForcedOpen => Some(Rejected::new(RejectReason::ForcedOpen, u64::MAX)),
+            _ => None,
+        }
+    }
+
+    /// Counts a refusal found by [`refusal`](Self::refusal) when it
+    /// is handed to the call it refuses (once per call, as `allow` would).
+    #[cfg(feature = "tower")]
+    pub(crate) fn count_refusal(&self, rejected: Rejected) -> Rejected {
+        self.inner.count_rejection(rejected)
+    }
+
+    /// For a task about to park on something else (a tower service on its
+    /// inner service's readiness): registers `waker` to be woken at the
+    /// next transition into OPEN, then looks at the breaker again (see
+    /// `watch.rs`). `Some` if the breaker refuses calls now: then the task
+    /// must not park (nothing stays registered), and the refusal is for its
+    /// next call. `None`: parked, woken when the breaker opens.
+    #[cfg(any(feature = "tower", tailguard_loom))]
+    pub(crate) fn park_until_open(&self, key: &mut WatchKey, waker: &core::task::Waker) -> Option<Rejected> {
+        self.inner.open_watch.register(key, waker);
+        let refusal = self.refusal();
+        if refusal.is_some() {
+            self.inner.open_watch.clear(*key);
+        }
+        refusal
+    }
+
+    /// The waiter `key` is not parked any more.
+    #[cfg(any(feature = "tower", tailguard_loom))]
+    pub(crate) fn unpark(&self, key: WatchKey) {
+        self.inner.open_watch.clear(key);
+    }
+
+    /// The waiter `key` is gone.
+    #[cfg(any(feature = "tower", tailguard_loom))]
+    pub(crate) fn forget_park(&self, key: &mut WatchKey) {
+        self.inner.open_watch.remove(key);
+    }
+
+    /// For the loom models only (built with `--cfg tailguard_loom`): the
+    /// park protocol of [`park_until_open`](Self::park_until_open); true if
+    /// the breaker refused (the task does not park).
+    #[cfg(tailguard_loom)]
+    #[doc(hidden)]
+    pub fn loom_park(&self, key: &mut Option<usize>, waker: &core::task::Waker) -> bool {
+        self.park_until_open(key, waker).is_some()
+    }
+
+    /// For the loom models only: the waiter `key` is gone.
+    #[cfg(tailguard_loom)]
+    #[doc(hidden)]
+    pub fn loom_forget_park(&self, key: &mut Option<usize>) {
+        self.forget_park(key);
+    }
+
     /// A handle that does not keep the breaker alive.
     #[cfg(feature = "tokio")]
     pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
@@ -619,6 +699,7 @@ impl Inner {
             + self.flaps.lock().times.len() * core::mem::size_of::<u64>()
             + self.leases.len() * core::mem::size_of::<Lease>()
             + self.events.heap_bytes()
+            + self.open_watch.heap_bytes()
             + self.name.as_ref().map_or(0, |n| n.len())
     }
 }

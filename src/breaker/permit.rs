@@ -55,6 +55,13 @@ impl Tag {
         ((self.0 >> 2) & 0x1ff) as usize
     }
 
+    /// A state word of the generation this permit was admitted in (its
+    /// generation bits only).
+    #[inline(always)]
+    pub(super) fn word(self) -> Word {
+        Word(self.0 & GEN_MASK)
+    }
+
     /// Whether `word` is still in the generation this permit was admitted in.
     #[inline(always)]
     pub(super) fn is_current(self, word: Word) -> bool {
@@ -118,7 +125,7 @@ impl Core<'_> {
         if self.aux == 0 {
             return true;
         }
-        self.inner.leave_flight(self.aux)
+        self.inner.leave_flight(self.aux, self.tag.word())
     }
 
     /// Whether this probe's round is still the current one.
@@ -456,12 +463,16 @@ impl OwnedPermit {
     }
 
     /// The clock reading the call started at (the one given to
-    /// [`Breaker::allow_owned_at`], or the breaker's own).
+    /// [`Breaker::allow_owned_at`], or the breaker's own read by
+    /// [`Breaker::allow_owned`]), whatever the breaker's mode: a disabled
+    /// breaker measures nothing but its permits still carry their start.
     ///
     /// ```
     /// let clock = tailguard::clock::ManualClock::new();
     /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
     /// assert_eq!(b.allow_owned_at(7).unwrap().start(), 7);
+    /// b.disable();
+    /// assert_eq!(b.allow_owned_at(9).unwrap().start(), 9);
     /// ```
     pub fn start(&self) -> u64 {
         self.start

@@ -103,9 +103,10 @@ impl Inner {
     }
 
     /// After a transition `from` → `to` (already stored): count a flap (a
-    /// re-open after a probe), publish the deadline of an OPEN, queue the
-    /// event. Never calls the listener: delivery is for the cold paths
-    /// (`tick`, overrides).
+    /// re-open after a probe), publish the deadline of an OPEN, wake the
+    /// tasks parked elsewhere that an OPEN now refuses, queue the event.
+    /// Never calls the listener: delivery is for the cold paths (`tick`,
+    /// overrides).
     pub(super) fn note(&self, from: Word, to: Word, reason: Reason, now: u64) {
         if from.state() == State::Open {
             self.retire_deadline(from);
@@ -116,6 +117,10 @@ impl Inner {
         if to.state() == State::Open && to.mode() != Mode::ForcedOpen {
             self.trip_count.fetch_add(1, Ordering::Relaxed);
             self.publish_deadline(to, now);
+        }
+        if to.state() == State::Open && to.mode() != Mode::MetricsOnly {
+            // After the deadline is published: a woken task finds it.
+            self.open_watch.wake_all();
         }
         self.emit(from, to, reason, now);
     }
@@ -214,9 +219,14 @@ impl Inner {
     }
 
     /// CLOSED with no override, backoff level 0, no breach counted. On a
-    /// breaker already CLOSED with no override that only clears the counts
-    /// (not a transition: the window in progress is still judged).
+    /// breaker already CLOSED with no override that is not a transition
+    /// (no event, no new generation), but it loses the statistics all the
+    /// same: the counts of the window in progress (drained into the totals,
+    /// never judged), the rolling error and failure spans, the breach
+    /// streak and the backoff level. Under the tick lock, so that no window
+    /// close judges a span from before the reset after it.
     pub(super) fn reset(&self) {
+        let mut ts = self.tick.lock();
         let (seen, stored, transition) = self.state.update(|w| {
             if w.state() == State::Closed && w.mode() == Mode::Normal {
                 if w.breaches() == 0 && w.level() == 0 {
@@ -226,9 +236,13 @@ impl Inner {
             }
             Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), true)
         });
-        if let (Some(next), true) = (stored, transition) {
-            self.note(seen, next, Reason::Reset, self.now_floored(self.clock.raw()));
+        match (stored, transition) {
+            (Some(next), true) => {
+                self.note(seen, next, Reason::Reset, self.now_floored(self.clock.raw()));
+            }
+            _ => self.forget_counts(&mut ts),
         }
+        drop(ts);
         self.events.deliver();
     }
 

@@ -11,7 +11,7 @@
 
 use super::Inner;
 use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
-use crate::shard::Counts;
+use crate::shard::{Claim, Counts, FLIGHT_GEN_HORIZON};
 use crate::sketch::{Histogram, KEY_OFFSET};
 use crate::state::Decision;
 use crate::sync::Ordering;
@@ -136,20 +136,39 @@ impl Inner {
         });
         let latency = hist.as_ref().and_then(Histogram::quantiles);
         let after = self.state.load();
-        let straddles = self.state.full_generation(after) != ts.window_gen;
+        let transitions = self.state.full_generation(after).wrapping_sub(ts.window_gen);
+        let straddles = transitions != 0;
         let mut in_flight = 0;
         if self.config.track_in_flight {
-            if straddles {
-                // Calls still in flight from before the transition are stale:
-                // claimed now, never judged in a later generation's window.
-                counts.stale += self.claim_in_flight(true);
-            } else {
-                in_flight = self.claim_in_flight(false);
-            }
+            // Calls still in flight from before a transition are stale:
+            // claimed now, never judged in a later generation's window.
+            // Calls admitted since, in this generation, are judged: as slow
+            // now if the span is, else at the next close.
+            let how = match transitions {
+                0 => Claim::Judged,
+                n if n < FLIGHT_GEN_HORIZON => Claim::StaleOnly,
+                _ => Claim::All,
+            };
+            let claimed = self.claim_in_flight(after, how);
+            counts.stale += claimed.stale;
+            in_flight = claimed.slow;
         }
         let judged =
             !straddles && after.state() == State::Closed && matches!(after.mode(), Mode::Normal | Mode::MetricsOnly);
         self.close_span(ts, counts, in_flight, latency, due, newest_end, now, judged);
+        ts.window_gen = before;
+    }
+
+    /// Loses what was counted since the last close and in the rolling
+    /// spans (for a `reset` that is not a transition): the counts go to
+    /// the totals, unjudged, and the next close judges only what comes
+    /// after this.
+    pub(super) fn forget_counts(&self, ts: &mut TickState) {
+        let before = self.state.full_generation(self.state.load());
+        let mut counts = Counts::default();
+        self.shards.drain(&mut counts, |_, _| {});
+        ts.add_totals(counts.calls, counts.slow, &counts);
+        ts.clear_ring();
         ts.window_gen = before;
     }
 

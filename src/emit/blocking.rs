@@ -42,6 +42,9 @@ impl<T> Inner<T> {
                 Ok(slot) => Some(slot),
                 Err(_) => {
                     permit.abandon();
+                    // This emitter's own share of the bulkhead's refusals
+                    // (the bulkhead may be shared).
+                    self.metrics.count(Count::BulkheadRejected);
                     return Err(NotAdmitted::BulkheadFull);
                 }
             },
@@ -76,7 +79,7 @@ impl<T> Inner<T> {
                     self.metrics.count(Count::Displaced);
                     self.metrics.count(Count::PanicDropped);
                 }
-                self.metrics.emit_time(clock.delta_nanos(start, end));
+                self.metrics.emit_time(clock.delta_nanos(start, end), false);
             }
             Err(_) => {
                 self.metrics.count(Count::Cancelled);
@@ -120,6 +123,7 @@ impl<T> Inner<T> {
         let late = self.record_call(permit, result.is_ok(), elapsed_ns);
         match result {
             Ok(o) => {
+                // Counted delivered with its emit time, by the caller.
                 if late {
                     self.metrics.count(Count::Overran);
                 }
@@ -191,7 +195,9 @@ impl<T> Emitter<T> {
                 (out, end)
             }
         };
-        inner.metrics.emit_time(clock.delta_nanos(start, end));
+        inner
+            .metrics
+            .emit_time(clock.delta_nanos(start, end), out.is_delivered());
         out
     }
 

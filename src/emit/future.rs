@@ -18,10 +18,10 @@ pin_project_lite::pin_project! {
     /// Polls the call first; only a call that is not ready at once gets a
     /// timer (so a call that completes on its first poll pays none, and no
     /// read of tokio's clock either unless the breaker runs on it).
-    struct Timed<'c, F> {
+    struct Timed<F> {
         #[pin]
         call: F,
-        deadline: When<'c>,
+        deadline: When,
         #[pin]
         sleep: Option<Sleep>,
     }
@@ -29,56 +29,41 @@ pin_project_lite::pin_project! {
 
 /// When the call's time is up.
 #[derive(Clone, Copy)]
-enum When<'c> {
+enum When {
     /// At this tokio instant (the start was read on tokio's clock).
     At(Instant),
     /// Never: the budget reaches past what an instant can hold.
     Never,
-    /// `budget_ns` after the reading `start` of `clock` (another clock than
-    /// tokio's): the timer is set for what is left of it when armed.
-    After {
-        clock: &'c ClockSource,
-        start: u64,
-        budget_ns: u64,
-    },
+    /// The whole budget from when the timer is armed (the breaker's clock
+    /// is not tokio's, and its start reading cannot be turned into a tokio
+    /// instant): the deadline falls the first poll's own time late (the
+    /// time it took to return `Pending`), which the verdict still counts,
+    /// from the start reading.
+    Budget(Duration),
 }
 
-impl When<'_> {
+impl When {
     /// The tokio instant of the deadline; `None` when it is too far to
-    /// represent (no timer then: a budget of centuries).
+    /// represent (no timer then: a budget of centuries). Reads no clock of
+    /// the breaker's (tokio's, for `Budget`).
     fn instant(self) -> Option<Instant> {
         match self {
             When::At(at) => Some(at),
             When::Never => None,
-            When::After {
-                clock,
-                start,
-                budget_ns,
-            } => {
-                let spent = clock.delta_nanos(start, clock.raw());
-                Instant::now().checked_add(Duration::from_nanos(budget_ns.saturating_sub(spent)))
-            }
+            When::Budget(budget) => Instant::now().checked_add(budget),
         }
     }
 }
 
 /// Starts an emit: one reading of the breaker's clock (if that is tokio's,
 /// the tokio instant it was taken at too) and the call's deadline.
-fn start<'c>(clock: &'c ClockSource, budget: Duration, budget_ns: u64) -> (u64, When<'c>) {
+fn start(clock: &ClockSource, budget: Duration) -> (u64, When) {
     if clock.is_tokio() {
         let now = Instant::now();
         let start = clock.reading_at(now).unwrap_or_else(|| clock.raw());
         (start, now.checked_add(budget).map_or(When::Never, When::At))
     } else {
-        let start = clock.raw();
-        (
-            start,
-            When::After {
-                clock,
-                start,
-                budget_ns,
-            },
-        )
+        (clock.raw(), When::Budget(budget))
     }
 }
 
@@ -88,7 +73,7 @@ enum Outcome<R> {
     Panicked(Box<dyn Any + Send>),
 }
 
-impl<F: Future> Future for Timed<'_, F> {
+impl<F: Future> Future for Timed<F> {
     type Output = Outcome<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -139,13 +124,17 @@ impl<T> Emitter<T> {
     ///
     /// One read of the breaker's clock starts the emit: it is the breaker's
     /// admission time, the latency's start and the deadline's origin; one
-    /// more ends it. A call that completes on its first poll gets no timer
-    /// at all; one that does not gets a tokio timer for what is left of the
-    /// budget (reading tokio's clock once then, unless the breaker runs on
-    /// [`ClockSource::tokio`](crate::clock::ClockSource::tokio), whose
-    /// start reading already was tokio's). Under a paused tokio clock
-    /// (tests), run the breaker on `ClockSource::tokio` so that latencies
-    /// and timeouts follow the same time.
+    /// more ends it, and no other is made. A call that completes on its
+    /// first poll gets no timer at all; one that does not gets a tokio
+    /// timer. On [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
+    /// the start reading is tokio's instant and the timer is set for it
+    /// plus the budget, exactly; on another clock the timer is set for the
+    /// whole budget from the end of the first poll (one read of tokio's
+    /// clock, which tokio's timer needs), so the call is cut that first
+    /// poll's time late, while the verdict (timed out or not) counts from
+    /// the start reading. Under a paused tokio clock (tests), run the
+    /// breaker on `ClockSource::tokio` so that latencies and timeouts
+    /// follow the same time.
     ///
     /// Dropping the returned future (a `select!` that went the other way,
     /// an aborted task) gives the bulkhead slot and the breaker permit back
@@ -203,7 +192,7 @@ impl<T> Emitter<T> {
         async move {
             let mut guard = guard; // the whole guard moves in, not its fields
             let clock = inner.breaker.clock();
-            let (start, deadline) = start(clock, inner.timeout, inner.timeout_ns);
+            let (start, deadline) = start(clock, inner.timeout);
             let (out, end) = match inner.admit(start) {
                 Err(not) => (inner.divert(trigger, class, not.reason()), clock.raw()),
                 Ok(admitted) => {
@@ -243,7 +232,9 @@ impl<T> Emitter<T> {
                 }
             };
             guard.armed = false;
-            inner.metrics.emit_time(clock.delta_nanos(start, end));
+            inner
+                .metrics
+                .emit_time(clock.delta_nanos(start, end), out.is_delivered());
             out
         }
     }
@@ -295,11 +286,18 @@ impl<T> Emitter<T> {
                 break;
             };
             let mut held = Held { inner, item: Some(p) };
-            let (start, deadline) = start(clock, inner.timeout, inner.timeout_ns);
+            let (start, deadline) = start(clock, inner.timeout);
             let (permit, slot) = match inner.admit(start) {
                 Ok(admitted) => admitted,
                 Err(not) => {
-                    drop(held); // back at the head
+                    if inner.closed.load(crate::sync::Ordering::Acquire) {
+                        // Shut down since it was taken: nothing is kept.
+                        let p = held.item.take().expect("held until settled");
+                        inner.metrics.count(Count::ReplayHandedBack);
+                        out.handed_back = Some((p.trigger, p.class));
+                    } else {
+                        drop(held); // back at the head
+                    }
                     out.stopped = Some(ReplayStop::Failed(not.reason()));
                     break;
                 }

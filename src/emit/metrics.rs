@@ -1,8 +1,12 @@
 //! The emitter's own counters and its emit-time histogram, sharded per
 //! thread like the breaker's counters: an emit writes its thread's shard
-//! (two `fetch_add`s on the happy path: its time bucket and the time sum),
-//! never a line every thread writes. Read by summing the shards, at
-//! [`Emitter::stats`](super::Emitter::stats) and at scrape time.
+//! (three `fetch_add`s on the happy path: its outcome, its time bucket and
+//! the time sum), never a line every thread writes. Read by summing the
+//! shards, at [`Emitter::stats`](super::Emitter::stats) and at scrape time.
+//!
+//! Every figure exported is a counter of its own, each only ever added to,
+//! so every one of them is monotonic however reads and emits interleave
+//! (none is derived as a difference of two reads, which would not be).
 
 use crate::report::LatencyQuantiles;
 use crate::shard::thread_index;
@@ -14,6 +18,7 @@ use std::time::Duration;
 /// What an emit ended in, besides the time it took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Count {
+    Delivered,
     DivertedOpen,
     DivertedBulkhead,
     DivertedTimeout,
@@ -27,9 +32,11 @@ pub(crate) enum Count {
     ReplayHandedBack,
     Drained,
     PanicDropped,
+    QueuedByHand,
+    BulkheadRejected,
 }
 
-const COUNTS: usize = 13;
+const COUNTS: usize = 16;
 /// Emit-time buckets: the breaker sketch's keys (eight per octave, 1 µs to
 /// 68.7 s), so the same quantile rule and error bound apply.
 const TIME_BUCKETS: usize = TOP + 1;
@@ -69,10 +76,14 @@ impl Metrics {
         &self.shards[thread_index() & self.mask]
     }
 
-    /// One emit that took `ns` nanoseconds, whatever it ended in.
+    /// One emit that took `ns` nanoseconds, whatever it ended in; counted
+    /// delivered too if it was (on the same shard, found once).
     #[inline(always)]
-    pub(crate) fn emit_time(&self, ns: u64) {
+    pub(crate) fn emit_time(&self, ns: u64, delivered: bool) {
         let shard = self.mine();
+        if delivered {
+            shard.counts[Count::Delivered as usize].fetch_add(1, Ordering::Relaxed);
+        }
         shard.times[key_index(ns)].fetch_add(1, Ordering::Relaxed);
         shard.time_sum.fetch_add(ns, Ordering::Relaxed);
     }
@@ -102,14 +113,12 @@ impl Metrics {
         EmitTimes { counts, sum_ns: sum }
     }
 
-    /// Every counter, summed over the shards. The times are read first and
-    /// the outcomes after (an emit counts its outcome before its time), so
-    /// the delivered figure derived from them is never too high.
+    /// Every counter, summed over the shards.
     pub(crate) fn read(&self) -> Read {
-        let times = self.times();
         let c = |what| self.sum(what);
         Read {
-            times,
+            times: self.times(),
+            delivered: c(Count::Delivered),
             diverted_open: c(Count::DivertedOpen),
             diverted_bulkhead: c(Count::DivertedBulkhead),
             diverted_timeout: c(Count::DivertedTimeout),
@@ -123,6 +132,8 @@ impl Metrics {
             replay_handed_back: c(Count::ReplayHandedBack),
             drained: c(Count::Drained),
             dropped_in_panics: c(Count::PanicDropped),
+            queued_by_hand: c(Count::QueuedByHand),
+            bulkhead_rejected: c(Count::BulkheadRejected),
         }
     }
 
@@ -133,6 +144,7 @@ impl Metrics {
 
 pub(crate) struct Read {
     pub(crate) times: EmitTimes,
+    pub(crate) delivered: u64,
     pub(crate) diverted_open: u64,
     pub(crate) diverted_bulkhead: u64,
     pub(crate) diverted_timeout: u64,
@@ -146,6 +158,8 @@ pub(crate) struct Read {
     pub(crate) replay_handed_back: u64,
     pub(crate) drained: u64,
     pub(crate) dropped_in_panics: u64,
+    pub(crate) queued_by_hand: u64,
+    pub(crate) bulkhead_rejected: u64,
 }
 
 /// The emit-time histogram of an emitter: how long the router spent per

@@ -49,9 +49,12 @@
 //! - `emitted = delivered + diverted + handed_back + cancelled`
 //!   (cancelled: async emits dropped before they finished, and panicking
 //!   calls whose trigger the queue could not take), and
-//! - `diverted = replayed + replay_handed_back + drained +
-//!   displaced + queued + pending` (pending: the trigger replay keeps at
-//!   the head).
+//! - `diverted + queued_by_hand = replayed + replay_handed_back +
+//!   drained + displaced + queued + pending` (pending: the trigger replay
+//!   keeps at the head; queued by hand: [`Emitter::enqueue`]).
+//!
+//! Each of those counters is counted, none derived, so each only ever
+//! goes up, whatever the emits, replays, drains and reads racing it.
 //!
 //! ```
 //! use std::time::Duration;
@@ -99,11 +102,12 @@ pub use metrics::EmitTimes;
 use crate::breaker::Breaker;
 use crate::bulkhead::Bulkhead;
 use crate::clock::ClockSource;
-use crate::dlq::{DeadLetterQueue, Full, Priority, Producer, Pushed};
+use crate::dlq::{DeadLetterQueue, FallbackDepth, Full, Priority, Producer, Pushed, Stats};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::report::Rejected;
 use crate::sync::{fence, Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
 use core::fmt;
+use core::task::Waker;
 use crossbeam_utils::CachePadded;
 use metrics::{Count, Metrics};
 use std::time::Duration;
@@ -135,8 +139,11 @@ struct Inner<T> {
     replay: Mutex<ReplayState<T>>,
     /// Set by shutdown: nothing is queued any more.
     closed: AtomicBool,
-    /// Held by the replay running (one at a time, across its awaits too).
+    /// Held by the replay running (one at a time, across its awaits too),
+    /// or by `shutdown_async` while it drains.
     replaying: AtomicBool,
+    /// Tasks waiting for the replay turn (`shutdown_async`).
+    turn_waiters: Mutex<Vec<Waker>>,
     /// Diversions between their check of `closed` and the end of their push:
     /// shutdown waits for them before it drains, so none lands after it.
     diverting: CachePadded<AtomicUsize>,
@@ -388,6 +395,8 @@ pub struct EmitterStats {
     /// Queued triggers handed to a [`shutdown`](Emitter::shutdown) or
     /// [`drain`](Emitter::drain) sink.
     pub drained: u64,
+    /// Triggers queued by hand ([`Emitter::enqueue`]), not by an emit.
+    pub queued_by_hand: u64,
     /// Triggers in the queue now.
     pub queued: usize,
     /// Whether replay keeps a trigger at the head (taken out, not yet
@@ -395,9 +404,12 @@ pub struct EmitterStats {
     pub pending: bool,
     /// How long each emit took, delivered or not: the router's own cost.
     pub emit_times: EmitTimes,
-    /// Calls in flight in the bulkhead (0 without one).
+    /// Calls in flight in the bulkhead (0 without one): every call it
+    /// holds, this emitter's and those of any other sharing it.
     pub bulkhead_in_flight: usize,
-    /// Calls the bulkhead refused.
+    /// Calls of this emitter (emits and replays) the bulkhead refused: its
+    /// own share, so that a sum over emitters sharing one bulkhead counts
+    /// each refusal once.
     pub bulkhead_rejections: u64,
 }
 
@@ -431,6 +443,45 @@ impl EmitterStats {
     /// ```
     pub fn emitted(&self) -> u64 {
         self.delivered + self.diverted() + self.handed_back_full + self.handed_back_shut_down + self.cancelled
+    }
+
+    /// Triggers that went into the queue: diverted by emits, or queued by
+    /// hand. Once the emitter is quiet this is [`out_of_queue`](Self::out_of_queue).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// b.trip_now();
+    /// let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// let _ = e.enqueue(2, Priority::Routine);
+    /// let s = e.stats();
+    /// assert_eq!((s.into_queue(), s.out_of_queue()), (2, 2));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn into_queue(&self) -> u64 {
+        self.diverted() + self.queued_by_hand
+    }
+
+    /// Where the triggers that went into the queue are now: replayed,
+    /// handed back by replay, drained, displaced, still queued, or kept at
+    /// the head by replay.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.enqueue(7, Priority::Critical);
+    /// e.drain(1, |_, _| {});
+    /// assert_eq!(e.stats().out_of_queue(), 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn out_of_queue(&self) -> u64 {
+        self.replayed
+            + self.replay_handed_back
+            + self.drained
+            + self.displaced
+            + self.queued as u64
+            + u64::from(self.pending)
     }
 }
 
@@ -589,6 +640,7 @@ impl<T> EmitterBuilder<T> {
                 }),
                 closed: AtomicBool::new(false),
                 replaying: AtomicBool::new(false),
+                turn_waiters: Mutex::new(Vec::new()),
                 diverting: CachePadded::new(AtomicUsize::new(0)),
                 metrics: Metrics::new(shards),
                 breaker: self.breaker,
@@ -637,17 +689,57 @@ impl<T> Emitter<T> {
         self.inner.timeout
     }
 
-    /// A producer handle on the emitter's queue (for
-    /// [`Registry::attach_fallback`](crate::Registry::attach_fallback), or
-    /// to queue triggers by hand).
+    /// The emitter's queue, to read (its depth, capacity and per-class
+    /// counters). Triggers go in through emits, or by hand through
+    /// [`enqueue`](Self::enqueue), so that the emitter counts each one.
     ///
     /// ```
     /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
     /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
-    /// assert_eq!(e.queue().capacity(), 8);
+    /// assert_eq!((e.queue().capacity(), e.queue().len()), (8, 0));
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
-    pub fn queue(&self) -> &Producer<T> {
+    pub fn queue(&self) -> QueueView<'_, T> {
+        QueueView {
+            producer: &self.inner.producer,
+        }
+    }
+
+    /// Queues `trigger` by hand, without calling the consumer (say the
+    /// router knows the consumer is down for maintenance): counted in
+    /// [`EmitterStats::queued_by_hand`], replayed and drained like a
+    /// diverted trigger. A full queue makes room as an emit's diversion
+    /// does: the oldest trigger of a lower class gives way and comes back
+    /// in [`Pushed::Displaced`] (counted in `displaced`).
+    ///
+    /// # Errors
+    /// The trigger itself, and why: [`HandBack::QueueFull`] (nothing below
+    /// its class to give way) or [`HandBack::ShutDown`]. Nothing is counted
+    /// then: the trigger never went in.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority, Pushed}, emit::{Emitter, HandBack}};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(1)?).build()?;
+    /// assert!(matches!(e.enqueue("a", Priority::Routine), Ok(Pushed::Queued)));
+    /// assert!(matches!(e.enqueue("b", Priority::Critical), Ok(Pushed::Displaced("a", Priority::Routine))));
+    /// assert_eq!(e.enqueue("c", Priority::Critical).unwrap_err(), ("c", HandBack::QueueFull));
+    /// let s = e.stats();
+    /// assert_eq!((s.queued_by_hand, s.displaced, s.queued), (2, 1, 1));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {
+        let inner = &*self.inner;
+        let pushed = inner.enqueue(trigger, class)?;
+        inner.metrics.count(Count::QueuedByHand);
+        if let Pushed::Displaced(..) = pushed {
+            inner.metrics.count(Count::Displaced);
+        }
+        Ok(pushed)
+    }
+
+    /// The queue's producer handle (for the registry's depth readings).
+    #[cfg(not(tailguard_loom))]
+    pub(crate) fn producer(&self) -> &Producer<T> {
         &self.inner.producer
     }
 
@@ -677,12 +769,9 @@ impl<T> Emitter<T> {
     pub fn stats(&self) -> EmitterStats {
         let inner = &*self.inner;
         let r = inner.metrics.read();
-        let diverted = r.diverted_open + r.diverted_bulkhead + r.diverted_timeout + r.diverted_failed;
-        let finished = r.times.count();
-        let delivered = finished.saturating_sub(diverted + r.handed_back_full + r.handed_back_shut_down);
         let pending = inner.replay.try_lock().is_some_and(|state| state.pending.is_some());
         EmitterStats {
-            delivered,
+            delivered: r.delivered,
             overran: r.overran,
             diverted_open: r.diverted_open,
             diverted_bulkhead: r.diverted_bulkhead,
@@ -696,11 +785,12 @@ impl<T> Emitter<T> {
             replayed: r.replayed,
             replay_handed_back: r.replay_handed_back,
             drained: r.drained,
+            queued_by_hand: r.queued_by_hand,
             queued: inner.producer.len(),
             pending,
             emit_times: r.times,
             bulkhead_in_flight: inner.bulkhead.as_ref().map_or(0, Bulkhead::in_flight),
-            bulkhead_rejections: inner.bulkhead.as_ref().map_or(0, Bulkhead::rejections),
+            bulkhead_rejections: r.bulkhead_rejected,
         }
     }
 
@@ -711,9 +801,20 @@ impl<T> Emitter<T> {
     /// ([`HandBack::ShutDown`]) instead of queued.
     ///
     /// Waits for diversions already past their check to finish their push
-    /// (a few instructions each), and for a running replay to finish, so
-    /// that nothing lands in the queue after the drain. Calling it again
-    /// drains whatever a replay cancelled mid-call put back since.
+    /// (a few instructions each), and for a running blocking replay to
+    /// finish (it holds the queue through its calls), so that nothing lands
+    /// in the queue after the drain.
+    ///
+    /// It does not wait for an async [`replay`](Self::replay): that replay
+    /// may be suspended on this very thread, and blocking here would never
+    /// let it finish. From the shutdown on, such a replay queues nothing: it
+    /// ends after the call in flight, whose trigger is delivered or handed
+    /// back in its [`Replayed::handed_back`] (a failure, a timeout, a
+    /// refusal by the breaker or the bulkhead alike). Only if that replay is
+    /// dropped mid-call, or its call panics, is its trigger kept at the head
+    /// again ([`EmitterStats::pending`]), for the next `drain` or
+    /// `shutdown`. [`shutdown_async`](Self::shutdown_async) waits for any
+    /// replay, and so leaves nothing behind.
     ///
     /// ```
     /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitted, Emitter, HandBack}};
@@ -736,11 +837,35 @@ impl<T> Emitter<T> {
         // we set `closed` before we read `diverting`; so either it sees
         // `closed` and hands its trigger back, or we see it here and wait
         // (Acquire, against its Release decrement) until its push landed.
-        fence(Ordering::SeqCst);
-        let mut backoff = 0;
-        while inner.diverting.load(Ordering::Acquire) != 0 {
-            crate::sync::spin(&mut backoff);
-        }
+        inner.close();
+        inner.drain_locked(&mut inner.replay.lock(), usize::MAX, &mut sink)
+    }
+
+    /// As [`shutdown`](Self::shutdown), and first waits (without blocking
+    /// the thread) for a running replay, blocking or async, to end: then
+    /// whatever that replay kept at the head (a call that panicked, a
+    /// replay dropped mid-call) is drained too, and nothing is left behind.
+    /// No replay starts while it drains ([`ReplayStop::Busy`]). Needs no
+    /// particular runtime.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+    /// b.trip_now();
+    /// let _ = e.emit_blocking("a", Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// let mut saved = Vec::new();
+    /// assert_eq!(e.shutdown_async(|t, _| saved.push(t)).await, 1);
+    /// assert_eq!(saved, ["a"]);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn shutdown_async(&self, mut sink: impl FnMut(T, Priority)) -> usize {
+        let inner = &*self.inner;
+        inner.close();
+        let _turn = TakeTurn { inner }.await;
         inner.drain_locked(&mut inner.replay.lock(), usize::MAX, &mut sink)
     }
 
@@ -819,6 +944,7 @@ impl<T> Inner<T> {
     }
 
     /// Queues `trigger` unless the emitter is shut down; counts nothing.
+    #[inline]
     fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {
         if !self.closed.load(Ordering::Acquire) {
             self.diverting.fetch_add(1, Ordering::Relaxed);
@@ -833,12 +959,31 @@ impl<T> Inner<T> {
         Err((trigger, HandBack::ShutDown))
     }
 
-    /// The replay turn, if no other replay holds it.
+    /// Stops queueing: sets `closed`, then waits for the diversions
+    /// already past their check of it to finish their push.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        // Store-load on both sides, each side's pair split by a SeqCst fence
+        // (Dekker): a diversion raises `diverting` before it reads `closed`,
+        // we set `closed` before we read `diverting`; so either it sees
+        // `closed` and hands its trigger back, or we see it here and wait
+        // (Acquire, against its Release decrement) until its push landed.
+        fence(Ordering::SeqCst);
+        let mut backoff = 0;
+        while self.diverting.load(Ordering::Acquire) != 0 {
+            crate::sync::spin(&mut backoff);
+        }
+    }
+
+    /// The replay turn, if no other replay (nor `shutdown_async`) holds it.
     fn replay_turn(&self) -> Option<ReplayTurn<'_>> {
         self.replaying
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| ReplayTurn { flag: &self.replaying })
+            .map(|_| ReplayTurn {
+                flag: &self.replaying,
+                waiters: &self.turn_waiters,
+            })
     }
 
     /// Hands up to `max` triggers, head first, to `sink`.
@@ -876,14 +1021,125 @@ impl<T> Inner<T> {
     }
 }
 
-/// The right to replay, given back when dropped.
+/// The right to replay (or to drain in `shutdown_async`), given back when
+/// dropped, waking whoever waits for it.
 struct ReplayTurn<'a> {
     flag: &'a AtomicBool,
+    waiters: &'a Mutex<Vec<Waker>>,
 }
 
 impl Drop for ReplayTurn<'_> {
     fn drop(&mut self) {
         self.flag.store(false, Ordering::Release);
+        // A waiter stores its waker before it tries the turn: either its
+        // try sees the flag clear, or this lock sees its waker.
+        let waiters = core::mem::take(&mut *self.waiters.lock());
+        waiters.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Waits for the replay turn (for `shutdown_async`).
+struct TakeTurn<'a, T> {
+    inner: &'a Inner<T>,
+}
+
+impl<'a, T> core::future::Future for TakeTurn<'a, T> {
+    type Output = ReplayTurn<'a>;
+
+    fn poll(self: core::pin::Pin<&mut Self>, cx: &mut core::task::Context<'_>) -> core::task::Poll<ReplayTurn<'a>> {
+        let inner = self.inner;
+        if let Some(turn) = inner.replay_turn() {
+            return core::task::Poll::Ready(turn);
+        }
+        {
+            let mut waiters = inner.turn_waiters.lock();
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+        }
+        match inner.replay_turn() {
+            Some(turn) => core::task::Poll::Ready(turn),
+            None => core::task::Poll::Pending,
+        }
+    }
+}
+
+/// A read-only view of an emitter's queue, from [`Emitter::queue`].
+pub struct QueueView<'a, T> {
+    producer: &'a Producer<T>,
+}
+
+impl<T> QueueView<'_, T> {
+    /// Triggers in the queue now.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.enqueue(1u8, Priority::Idle);
+    /// assert_eq!(e.queue().len(), 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.producer.len()
+    }
+
+    /// Whether the queue is empty now.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// assert!(e.queue().is_empty());
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.producer.is_empty()
+    }
+
+    /// The queue's capacity.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+    /// let e = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// assert_eq!(e.queue().capacity(), 8);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.producer.capacity()
+    }
+
+    /// Triggers of each class in the queue now.
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.enqueue(1u8, Priority::Critical);
+    /// assert_eq!(e.queue().fallback_depth().class(Priority::Critical), 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn fallback_depth(&self) -> FallbackDepth {
+        self.producer.fallback_depth()
+    }
+
+    /// The queue's per-class counters (see [`Stats`]).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.enqueue(1u8, Priority::Routine);
+    /// assert_eq!(e.queue().stats().class(Priority::Routine).queued, 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.producer.stats()
+    }
+}
+
+impl<T> fmt::Debug for QueueView<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueView")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .finish()
     }
 }
 

@@ -447,8 +447,19 @@ impl Breaker {
 
     pub fn reset(&mut self, raw: u64) {
         if self.state == State::Closed && self.mode == Mode::Normal {
+            // Not a transition, but the statistics are lost: the window in
+            // progress (into the totals, unjudged), the rolling spans, the
+            // streak and the backoff level.
             self.breaches = 0;
             self.level = 0;
+            let counts = std::mem::take(&mut self.pending);
+            self.totals.calls += counts.calls;
+            self.totals.errors += counts.errors;
+            self.totals.slow += counts.slow;
+            self.totals.cancelled += counts.cancelled;
+            self.totals.stale += counts.stale;
+            self.ring.iter_mut().for_each(|e| *e = (0, 0));
+            self.window_generation = self.generation;
             return;
         }
         self.level = 0;
