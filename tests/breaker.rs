@@ -1381,3 +1381,22 @@ fn a_call_admitted_before_a_transition_is_stale_in_flight_and_returned() {
     assert_eq!((w.calls, w.stale, w.in_flight_slow), (1, 0, 0), "{w:?}");
     drop(hung_before);
 }
+
+/// The rolling error span starts afresh after a trip: the errors that
+/// tripped it never count again once it has recovered.
+#[test]
+fn errors_from_before_a_trip_never_count_after_the_recovery() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).success_to_close(1).build().unwrap();
+    traffic(&b, 20, 0, 15); // 75% errors: trips at the close
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open);
+    clock.advance(SEC);
+    b.allow().unwrap().record_latency(MS, true); // a good probe closes it
+    assert_eq!(b.state(), State::Closed);
+    next_window(&b, &clock); // the span with the recovery in it: not judged
+                             // 6 errors of 20 (30%) alone; 21 of 40 (52%) with the old window's.
+    traffic(&b, 20, 0, 6);
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Closed, "{:?}", b.snapshot());
+}

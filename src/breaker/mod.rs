@@ -28,6 +28,8 @@
 mod admission;
 mod flight;
 mod permit;
+#[cfg(all(test, not(tailguard_loom)))]
+mod tests;
 mod time;
 mod transition;
 mod watch;

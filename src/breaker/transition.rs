@@ -229,9 +229,6 @@ impl Inner {
         let mut ts = self.tick.lock();
         let (seen, stored, transition) = self.state.update(|w| {
             if w.state() == State::Closed && w.mode() == Mode::Normal {
-                if w.breaches() == 0 && w.level() == 0 {
-                    return Decision::Keep(false);
-                }
                 return Decision::Set(w.with_breaches(0).with_level(0), false);
             }
             Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), true)

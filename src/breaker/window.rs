@@ -237,8 +237,7 @@ impl Inner {
             let verdict = trip::judge(&c.rule, &input);
             match verdict.trip {
                 Some(r) => Decision::Set(w.transition(State::Open, w.mode()), Some(r)),
-                None if verdict.breaches != w.breaches() => Decision::Set(w.with_breaches(verdict.breaches), None),
-                None => Decision::Keep(None),
+                None => Decision::Set(w.with_breaches(verdict.breaches), None),
             }
         });
         if let (Some(next), Some(reason)) = (stored, reason) {

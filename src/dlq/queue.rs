@@ -177,7 +177,7 @@ impl<T> Inner<T> {
             match occupancy.compare_exchange_weak(cur, cur - one(lower) + one(c), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     let ring = &self.rings[lower];
-                    let old = ring.take_claimed(&self.hot.tails[lower]);
+                    let old = ring.take_claimed();
                     ring.slow.displaced.fetch_add(1, Ordering::Relaxed);
                     self.rings[c].insert(&self.hot.tails[c], item);
                     return Ok(Pushed::Displaced(old, Priority::from_index(lower)));
@@ -222,7 +222,7 @@ impl<T> Inner<T> {
                             Some(item) => item,
                             // A displacing producer took that one first:
                             // the next item of the class is ours.
-                            None => ring.take_claimed(&self.hot.tails[c]),
+                            None => ring.take_claimed(),
                         };
                         return Some((item, class));
                     }
@@ -321,5 +321,45 @@ mod tests {
         assert_eq!((count(o, 0), total(o)), (MAX_CAPACITY, MAX_CAPACITY));
         let o = full * one(2);
         assert_eq!((count(o, 2), count(o, 0), total(o)), (MAX_CAPACITY, 0, MAX_CAPACITY));
+    }
+
+    /// Each class fills the whole capacity on its own, `Critical` too (its
+    /// count is the total less the others: one item adds one to the total).
+    #[test]
+    fn every_class_fills_the_capacity_alone() {
+        for class in Priority::ALL {
+            let inner = Inner::<u32>::new(3, 0).unwrap();
+            for i in 0..3 {
+                assert!(matches!(inner.push(i, class), Ok(Pushed::Queued)), "{class:?} {i}");
+            }
+            assert_eq!(inner.len(), 3);
+            assert!(inner.push(9, class).is_err(), "{class:?}: full");
+            assert_eq!(inner.fallback_depth().class(class), 3);
+        }
+    }
+
+    /// The full path of a push given a stale word (the queue looked full
+    /// to its caller, and room was made since): the CAS on the stale word
+    /// fails, the fresh word has room, and the item is queued, not
+    /// displacing anything nor handed back; the counts stay exact.
+    #[test]
+    fn a_push_that_found_the_queue_full_takes_room_made_since() {
+        let inner = Inner::<u32>::new(2, 0).unwrap();
+        assert!(inner.push(1, Priority::Idle).is_ok());
+        assert!(inner.push(2, Priority::Idle).is_ok());
+        let full = inner.hot.occupancy.load(Ordering::Acquire);
+        assert_eq!(inner.pop(), Some((1, Priority::Idle)));
+        assert!(matches!(
+            inner.push_full(full, 3, Priority::Routine),
+            Ok(Pushed::Queued)
+        ));
+        let d = inner.fallback_depth();
+        assert_eq!(
+            (inner.len(), d.class(Priority::Idle), d.class(Priority::Routine)),
+            (2, 1, 1)
+        );
+        assert_eq!(inner.pop(), Some((3, Priority::Routine)));
+        assert_eq!(inner.pop(), Some((2, Priority::Idle)));
+        assert_eq!(inner.pop(), None);
     }
 }

@@ -40,16 +40,6 @@ pub(super) struct SlowCounters {
     pub(super) handed_back: AtomicUsize,
 }
 
-/// What a remover found at the head of a ring.
-pub(super) enum Take<T> {
-    /// The item at the head, now owned by the caller.
-    Item(T),
-    /// The ring is empty.
-    Empty,
-    /// The head item is claimed by its producer but not yet written.
-    Pending,
-}
-
 impl<T> Ring<T> {
     pub(super) fn new(slot_count: usize, start: usize) -> Result<Self, ConfigError> {
         let mut slots = Vec::new();
@@ -111,60 +101,24 @@ impl<T> Ring<T> {
         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
     }
 
-    /// Removes the item at the head, if one is written.
-    #[inline]
-    pub(super) fn take(&self, tail: &AtomicUsize) -> Take<T> {
-        loop {
-            let head = self.head.load(Ordering::Acquire);
-            let slot = self.slot(head);
-            let seq = slot.seq.load(Ordering::Acquire);
-            let diff = seq.wrapping_sub(head.wrapping_add(1)) as isize;
-            if diff == 0 {
-                if self
-                    .head
-                    .compare_exchange_weak(head, head.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    let item = slot.value.with(|p| {
-                        // SAFETY: `seq == head + 1` (loaded with Acquire,
-                        // pairing with the producer's Release) says the slot
-                        // holds the initialised item of position `head`, and
-                        // winning the CAS on `head` made this thread its only
-                        // remover; the producer of `head + slots` does not
-                        // write until we store `seq` below.
-                        unsafe { p.read().assume_init() }
-                    });
-                    // Release: our read happens-before the next writer's
-                    // write.
-                    slot.seq.store(head.wrapping_add(self.slots.len()), Ordering::Release);
-                    return Take::Item(item);
-                }
-            } else if diff < 0 {
-                // Not written for `head` yet: the ring is empty, or the
-                // producer of `head` has claimed it and not written yet (or
-                // waits for the previous lap's remover to finish reading).
-                let tail = tail.load(Ordering::Acquire);
-                // Re-check `head`: if it moved, our view was stale.
-                if self.head.load(Ordering::Acquire) == head {
-                    return if tail == head { Take::Empty } else { Take::Pending };
-                }
-            }
-            // Otherwise `head` was stale (another remover took it); retry.
-            core::hint::spin_loop();
-        }
-    }
-
     /// Removes the item at the head for a remover that has already claimed
     /// one item of this class in the occupancy word: the item exists (its
     /// producer was admitted), so wait while it is in transit (its producer
-    /// between admission and writing it).
-    pub(super) fn take_claimed(&self, tail: &AtomicUsize) -> T {
+    /// between admission and writing it), or while another remover's view
+    /// of the head is ahead of this one's.
+    pub(super) fn take_claimed(&self) -> T {
         let mut backoff = 0;
         loop {
-            match self.take(tail) {
-                Take::Item(item) => return item,
-                Take::Empty | Take::Pending => crate::sync::spin(&mut backoff),
+            let head = self.head.load(Ordering::Acquire);
+            // Acquire: pairs with the producer's Release store of `seq`.
+            if self.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1) {
+                if let Some(item) = self.take_at(head) {
+                    return item;
+                }
+                // Another remover took `head` first: look again at once.
+                continue;
             }
+            crate::sync::spin(&mut backoff);
         }
     }
 
