@@ -111,14 +111,14 @@ impl Backoff {
         let base_ns = saturating_nanos(base);
         let cap_ns = saturating_nanos(cap);
         if base_ns == 0 {
-            return Err(ConfigError::new(
+            return Err(ConfigError::fixed(
                 "base",
                 ConfigErrorKind::Zero,
                 "must be at least 1 ns: a zero base never waits",
             ));
         }
         if cap_ns < base_ns {
-            return Err(ConfigError::new(
+            return Err(ConfigError::fixed(
                 "cap",
                 ConfigErrorKind::Inconsistent,
                 "must be at least base",

@@ -56,9 +56,21 @@ pub struct BreakerBuilder {
     local_handles: usize,
     clock: Option<ClockSource>,
     listeners: Vec<Listener>,
-    register_with_ticker: bool,
+    /// `None`: as the clock says ([`ClockSource::ticked_by_default`]).
+    register_with_ticker: Option<bool>,
     name: Option<Box<str>>,
     flapping: (u32, Duration),
+    /// Which settings the caller gave (the others are defaults): for the
+    /// messages of conflicts between two settings.
+    explicit: Explicit,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Explicit {
+    latency_threshold: bool,
+    window: bool,
+    base_backoff: bool,
+    max_backoff: bool,
 }
 
 impl Default for BreakerBuilder {
@@ -84,9 +96,10 @@ impl Default for BreakerBuilder {
             local_handles: 0,
             clock: None,
             listeners: Vec::new(),
-            register_with_ticker: true,
+            register_with_ticker: None,
             name: None,
             flapping: (5, Duration::from_secs(60)),
+            explicit: Explicit::default(),
         }
     }
 }
@@ -158,6 +171,7 @@ impl BreakerBuilder {
     /// ```
     pub fn latency_threshold(mut self, threshold: Duration) -> Self {
         self.latency_threshold = threshold;
+        self.explicit.latency_threshold = true;
         self
     }
 
@@ -219,6 +233,7 @@ impl BreakerBuilder {
     /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
+        self.explicit.window = true;
         self
     }
 
@@ -249,14 +264,52 @@ impl BreakerBuilder {
         self
     }
 
-    /// A window (or rolling error span) with fewer calls never trips by
-    /// latency or error rate (default 20). Any value is accepted. When one
-    /// late tick closes `k` windows at once, their calls are judged together
-    /// and must number at least `k × min_calls`.
+    /// The evidence a window needs to be judged alone (default 20 calls): a
+    /// minimum of evidence, not of rate. Any value is accepted.
+    ///
+    /// * A window with at least `min_calls` calls is judged by the quantile
+    ///   rule on its own (more than `1 − q` of its calls slow: a breaching
+    ///   window; [`trip_windows`](Self::trip_windows) of them in a row trip).
+    ///   When one late tick closes `k` windows at once, their calls are
+    ///   judged together and must number at least `k × min_calls`.
+    /// * A sparser window is not judged alone (one slow call in a quiet
+    ///   second is not an outage), but its calls feed a sequential test on
+    ///   the slow fraction that runs across windows (a CUSUM of the
+    ///   likelihood ratio of `10 × (1 − q)` slow calls against `1 − q`;
+    ///   the module docs of the trip rule, `src/trip.rs`, give the
+    ///   arithmetic). With the defaults it trips
+    ///   ([`Reason::SparseLatency`](crate::Reason::SparseLatency)) after 6
+    ///   slow calls with no fast one between, 13 with 12 fast ones among
+    ///   them, and so on; a consumer whose slow fraction is well under
+    ///   `1 − q` drifts back to no evidence at all. So a consumer called `r`
+    ///   times a second, every call slow, trips within `6 / r` seconds and
+    ///   one window (3 s at 3 calls a second), and a healthy one at 0.1%
+    ///   slow calls does not trip in days (`tests/breaker.rs` runs 24 hours
+    ///   of it at 3 calls a second).
+    /// * The rolling error rate needs `min_calls` calls over its span
+    ///   ([`error_window`](Self::error_window), 10 windows by default).
     ///
     /// ```
-    /// let b = tailguard::Breaker::builder().min_calls(100).build();
-    /// assert!(b.is_ok());
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, Breaker, Reason, State};
+    ///
+    /// let clock = ManualClock::new();
+    /// let b = Breaker::builder()
+    ///     .clock(clock.clone())
+    ///     .latency_threshold(Duration::from_millis(100))
+    ///     .build()?;
+    /// // Three calls a second, each 300 ms: never 20 calls in a window.
+    /// let mut seconds = 0;
+    /// while b.state() == State::Closed {
+    ///     for _ in 0..3 {
+    ///         b.allow()?.record_latency(Duration::from_millis(300), true);
+    ///     }
+    ///     clock.advance(Duration::from_secs(1));
+    ///     b.tick();
+    ///     seconds += 1;
+    /// }
+    /// assert!(seconds <= 3, "tripped after {seconds} s");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn min_calls(mut self, calls: u64) -> Self {
         self.min_calls = calls;
@@ -295,6 +348,7 @@ impl BreakerBuilder {
     /// ```
     pub fn base_backoff(mut self, backoff: Duration) -> Self {
         self.base_backoff = backoff;
+        self.explicit.base_backoff = true;
         self
     }
 
@@ -307,6 +361,7 @@ impl BreakerBuilder {
     /// ```
     pub fn max_backoff(mut self, backoff: Duration) -> Self {
         self.max_backoff = backoff;
+        self.explicit.max_backoff = true;
         self
     }
 
@@ -496,16 +551,39 @@ impl BreakerBuilder {
         self
     }
 
-    /// Whether a running [`Ticker`](crate::Ticker) closes this breaker's
-    /// windows (default true). Turn off to drive [`Breaker::tick`] by hand
-    /// only, even when a ticker runs in the process.
+    /// Whether the process's ticker thread closes this breaker's windows
+    /// (see [`Ticker`](crate::Ticker)). By default it does, with nothing
+    /// else to set up or keep: the breaker keeps the thread running (the
+    /// first such breaker starts it, the last one dropped stops it), so a
+    /// breaker built with the defaults judges its windows on time. The
+    /// exceptions are the clocks that are driven by hand: a
+    /// [`ManualClock`](crate::clock::ManualClock) (tests call
+    /// [`Breaker::tick`]) and [`ClockSource::tokio`] (ticked on its runtime
+    /// by [`tick_every`](crate::emit::tick_every)); `ticker(true)` puts
+    /// those on the thread too.
+    ///
+    /// `ticker(false)`: only [`Breaker::tick`] closes the windows (a
+    /// runtime that owns its timers, a thread-per-core server ticking its
+    /// own breakers, a deterministic test).
     ///
     /// ```
-    /// let b = tailguard::Breaker::builder().ticker(false).build();
-    /// assert!(b.is_ok());
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, Ticker};
+    ///
+    /// // Nothing else to start or keep: the ticker runs for this breaker.
+    /// let b = Breaker::builder().window(Duration::from_millis(10)).build()?;
+    /// assert!(Ticker::is_running());
+    /// b.allow()?.record(true);
+    /// std::thread::sleep(Duration::from_millis(50));
+    /// assert!(b.snapshot().window.closed_at >= Duration::from_millis(10));
+    ///
+    /// // Driven by hand instead.
+    /// let by_hand = Breaker::builder().ticker(false).build()?;
+    /// by_hand.tick();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn ticker(mut self, on: bool) -> Self {
-        self.register_with_ticker = on;
+        self.register_with_ticker = Some(on);
         self
     }
 
@@ -538,10 +616,14 @@ impl BreakerBuilder {
         self
     }
 
-    /// Validates every field and builds the breaker.
+    /// Validates every field and builds the breaker; unless it is off the
+    /// ticker (see [`ticker`](Self::ticker)), registers it with the
+    /// process's ticker thread, started if it is not running.
     ///
     /// # Errors
-    /// A [`ConfigError`] naming the first bad field.
+    /// A [`ConfigError`] naming the first bad field, or one for `"ticker"`
+    /// ([`ConfigErrorKind::TickerThread`]) if the operating system refused to
+    /// start the ticker thread.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build()?;
@@ -551,48 +633,104 @@ impl BreakerBuilder {
     pub fn build(self) -> Result<Breaker, ConfigError> {
         let name = self.name.clone();
         let (config, sizes, clock, listener, register) = self.validate()?;
-        let breaker = Breaker::from_config(config, sizes, clock, listener, name);
+        #[cfg(not(tailguard_loom))]
+        let lease = if register {
+            let lease = crate::Ticker::start().map_err(|e| {
+                ConfigError::new(
+                    "ticker",
+                    K::TickerThread,
+                    format!(
+                        "the ticker thread could not start ({e}); retry, or build with .ticker(false) and call tick()"
+                    ),
+                )
+            })?;
+            Some(lease)
+        } else {
+            None
+        };
+        #[cfg(tailguard_loom)]
+        let _ = register;
+        let breaker = Breaker::from_config(
+            config,
+            sizes,
+            clock,
+            listener,
+            name,
+            #[cfg(not(tailguard_loom))]
+            lease,
+        );
         #[cfg(not(tailguard_loom))]
         if register {
             crate::ticker::register(&breaker.inner);
         }
-        #[cfg(tailguard_loom)]
-        let _ = register;
         Ok(breaker)
     }
 
     #[allow(clippy::type_complexity)]
     fn validate(self) -> Result<(Config, Sizes, ClockSource, Vec<Listener>, bool), ConfigError> {
-        let span = |field, d: Duration, min: Duration, max: Duration| {
+        // Each message names the method and the value given, then the range
+        // accepted (and, for a conflict, the other setting, and whether it
+        // is a default the caller never set).
+        let span = |field: &'static str, d: Duration, min: Duration, max: Duration| {
+            let accepted = format!("accepted: {min:?} to {max:?}");
             if d.is_zero() {
-                Err(ConfigError::new(field, K::Zero, "must be greater than zero"))
+                Err(ConfigError::new(
+                    field,
+                    K::Zero,
+                    format!("{field}(0s) must be above zero ({accepted})"),
+                ))
             } else if d < min {
-                Err(ConfigError::new(field, K::OutOfRange, "is below the accepted minimum"))
+                Err(ConfigError::new(
+                    field,
+                    K::OutOfRange,
+                    format!("{field}({d:?}) is below the minimum, {min:?} ({accepted})"),
+                ))
             } else if d > max {
-                Err(ConfigError::new(field, K::TooLarge, "is above the accepted maximum"))
+                Err(ConfigError::new(
+                    field,
+                    K::TooLarge,
+                    format!("{field}({d:?}) is above the maximum, {max:?} ({accepted})"),
+                ))
             } else {
                 Ok(duration_nanos_saturating(d))
             }
         };
-        let fraction = |field, v: f64| {
+        let fraction = |field: &'static str, v: f64| {
             if v.is_nan() {
-                Err(ConfigError::new(field, K::NotANumber, "is NaN"))
+                Err(ConfigError::new(
+                    field,
+                    K::NotANumber,
+                    format!("{field}(NaN) must be a number in [0, 1]"),
+                ))
             } else if !(0.0..=1.0).contains(&v) {
-                Err(ConfigError::new(field, K::OutOfRange, "must lie in [0, 1]"))
+                Err(ConfigError::new(
+                    field,
+                    K::OutOfRange,
+                    format!("{field}({v}) must lie in [0, 1]"),
+                ))
             } else {
                 Ok(v)
             }
         };
         // A count kept in 8 bits of the state word.
-        let small = |field, v: u32| {
+        let small = |field: &'static str, v: u32| {
             if v == 0 {
-                Err(ConfigError::new(field, K::Zero, "must be at least 1"))
+                Err(ConfigError::new(
+                    field,
+                    K::Zero,
+                    format!("{field}(0) must be at least 1 (accepted: 1 to 255)"),
+                ))
             } else if v > 255 {
-                Err(ConfigError::new(field, K::TooLarge, "must be at most 255"))
+                Err(ConfigError::new(
+                    field,
+                    K::TooLarge,
+                    format!("{field}({v}) must be at most 255 (accepted: 1 to 255)"),
+                ))
             } else {
                 Ok(v)
             }
         };
+        let default_note = |set: bool| if set { "" } else { ", its default" };
 
         let threshold_ns = span(
             "latency_threshold",
@@ -600,23 +738,42 @@ impl BreakerBuilder {
             Duration::from_nanos(1),
             MAX_SPAN,
         )?;
-        let quantile = fraction("quantile", self.quantile)?;
-        let quantile_ppb = ppb(quantile);
-        if quantile_ppb == 0 {
+        let quantile = self.quantile;
+        let quantile_ppb = if quantile.is_nan() {
+            0
+        } else {
+            ppb(quantile.clamp(0.0, 1.0))
+        };
+        if quantile.is_nan() {
+            return Err(ConfigError::new(
+                "quantile",
+                K::NotANumber,
+                "quantile(NaN) must be a number in (0, 1]",
+            ));
+        }
+        if !(0.0..=1.0).contains(&quantile) || quantile_ppb == 0 {
             return Err(ConfigError::new(
                 "quantile",
                 K::OutOfRange,
-                "must lie in (0, 1], at least 0.000000001",
+                format!("quantile({quantile}) must lie in (0, 1]: above 0 (at least 1e-9) and at most 1"),
             ));
         }
         let trip_windows = small("trip_windows", self.trip_windows)?;
         let window_ns = span("window", self.window, MIN_WINDOW, MAX_SPAN)?;
         let error_rate = fraction("error_rate", self.error_rate)?;
-        let windows_in = |field, d: Duration| -> Result<u64, ConfigError> {
+        let windows_in = |field: &'static str, d: Duration| -> Result<u64, ConfigError> {
             let ns = span(field, d, Duration::from_nanos(1), MAX_SPAN.saturating_mul(1024))?;
             let n = ns.div_ceil(window_ns);
             if n > MAX_ROLLING_WINDOWS {
-                Err(ConfigError::new(field, K::TooLarge, "must cover at most 1024 windows"))
+                Err(ConfigError::new(
+                    field,
+                    K::TooLarge,
+                    format!(
+                        "{field}({d:?}) covers {n} windows of {:?}{}: at most {MAX_ROLLING_WINDOWS}",
+                        self.window,
+                        default_note(self.explicit.window)
+                    ),
+                ))
             } else {
                 Ok(n)
             }
@@ -626,7 +783,13 @@ impl BreakerBuilder {
             None => 10,
         };
         let failure_count = match self.failure_count {
-            Some((0, _)) => return Err(ConfigError::new("failure_count", K::Zero, "needs at least one failure")),
+            Some((0, within)) => {
+                return Err(ConfigError::new(
+                    "failure_count",
+                    K::Zero,
+                    format!("failure_count(0, {within:?}) needs at least one failure"),
+                ))
+            }
             Some((n, within)) => Some((
                 core::num::NonZeroU32::new(n).expect("zero was refused above"),
                 windows_in("failure_count", within)?,
@@ -636,11 +799,29 @@ impl BreakerBuilder {
         let base_ns = span("base_backoff", self.base_backoff, Duration::from_nanos(1), MAX_BACKOFF)?;
         let max_ns = span("max_backoff", self.max_backoff, Duration::from_nanos(1), MAX_BACKOFF)?;
         if base_ns > max_ns {
-            return Err(ConfigError::new(
-                "base_backoff",
-                K::Inconsistent,
-                "must not exceed max_backoff",
-            ));
+            // Blame the one the caller set (the base, if both were).
+            let (base, max) = (self.base_backoff, self.max_backoff);
+            return Err(if self.explicit.base_backoff || !self.explicit.max_backoff {
+                ConfigError::new(
+                    "base_backoff",
+                    K::Inconsistent,
+                    format!(
+                        "base_backoff({base:?}) is above max_backoff ({max:?}{}); \
+                         lower base_backoff to at most {max:?} or raise max_backoff",
+                        default_note(self.explicit.max_backoff)
+                    ),
+                )
+            } else {
+                ConfigError::new(
+                    "max_backoff",
+                    K::Inconsistent,
+                    format!(
+                        "max_backoff({max:?}) is below base_backoff ({base:?}{}); \
+                         raise max_backoff to at least {base:?} or lower base_backoff",
+                        default_note(self.explicit.base_backoff)
+                    ),
+                )
+            });
         }
         let jitter = match self.jitter {
             Jitter::Bounded(f) => Jitter::Bounded(fraction("jitter", f)?),
@@ -655,7 +836,11 @@ impl BreakerBuilder {
                     return Err(ConfigError::new(
                         "probe_lease",
                         K::Inconsistent,
-                        "must be at least the latency threshold",
+                        format!(
+                            "probe_lease({d:?}) is below latency_threshold ({:?}{}): a probe is slow before its lease ends",
+                            self.latency_threshold,
+                            default_note(self.explicit.latency_threshold)
+                        ),
                     ));
                 }
                 ns
@@ -663,17 +848,54 @@ impl BreakerBuilder {
             None => threshold_ns.saturating_mul(10).max(1_000_000_000),
         };
         let shards = match self.shards {
-            Some(0) => return Err(ConfigError::new("shards", K::Zero, "must be at least 1")),
-            Some(n) if n > MAX_SHARDS => return Err(ConfigError::new("shards", K::TooLarge, "must be at most 1024")),
+            Some(0) => {
+                return Err(ConfigError::new(
+                    "shards",
+                    K::Zero,
+                    "shards(0) must be at least 1 (accepted: 1 to 1024)",
+                ))
+            }
+            Some(n) if n > MAX_SHARDS => {
+                return Err(ConfigError::new(
+                    "shards",
+                    K::TooLarge,
+                    format!("shards({n}) must be at most {MAX_SHARDS} (accepted: 1 to {MAX_SHARDS})"),
+                ))
+            }
             Some(n) => n.next_power_of_two(),
             None => default_shards(),
         };
         if self.local_handles > MAX_LOCAL_HANDLES {
-            return Err(ConfigError::new("local_handles", K::TooLarge, "must be at most 64"));
+            return Err(ConfigError::new(
+                "local_handles",
+                K::TooLarge,
+                format!(
+                    "local_handles({}) must be at most {MAX_LOCAL_HANDLES} (accepted: 0 to {MAX_LOCAL_HANDLES})",
+                    self.local_handles
+                ),
+            ));
         }
         let flap_cycles = match self.flapping.0 {
-            0 => return Err(ConfigError::new("flapping", K::Zero, "needs at least one cycle")),
-            n if n > 64 => return Err(ConfigError::new("flapping", K::TooLarge, "must be at most 64 cycles")),
+            0 => {
+                return Err(ConfigError::new(
+                    "flapping",
+                    K::Zero,
+                    format!(
+                        "flapping(0, {:?}) needs at least one cycle (accepted: 1 to 64)",
+                        self.flapping.1
+                    ),
+                ))
+            }
+            n if n > 64 => {
+                return Err(ConfigError::new(
+                    "flapping",
+                    K::TooLarge,
+                    format!(
+                        "flapping({n}, {:?}) must count at most 64 cycles (accepted: 1 to 64)",
+                        self.flapping.1
+                    ),
+                ))
+            }
             n => n,
         };
         let flap_ns = span("flapping", self.flapping.1, Duration::from_nanos(1), MAX_BACKOFF)?;
@@ -708,7 +930,8 @@ impl BreakerBuilder {
             ring_len,
         };
         let clock = self.clock.unwrap_or_default();
-        Ok((config, sizes, clock, self.listeners, self.register_with_ticker))
+        let register = self.register_with_ticker.unwrap_or_else(|| clock.ticked_by_default());
+        Ok((config, sizes, clock, self.listeners, register))
     }
 }
 

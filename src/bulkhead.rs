@@ -89,7 +89,7 @@ impl Bulkhead {
             return Err(ConfigError::new(
                 "max_in_flight",
                 ConfigErrorKind::Zero,
-                "a bulkhead must admit at least one call",
+                "Bulkhead::new(0): a bulkhead must admit at least one call",
             ));
         }
         Ok(Self {

@@ -231,6 +231,21 @@ impl ClockSource {
         matches!(self.kind, Kind::Tokio(_))
     }
 
+    /// Whether the process's ticker thread closes the windows of a breaker
+    /// on this clock unless told otherwise: yes for the clocks of the
+    /// system (precise, coarse) and a clock of the caller's; no for a
+    /// [`ManualClock`] (tests drive it, and `tick`, by hand) and for
+    /// tokio's (a thread outside the runtime cannot read a paused clock:
+    /// [`tick_every`](crate::emit::tick_every) ticks it on the runtime).
+    pub(crate) fn ticked_by_default(&self) -> bool {
+        match &self.kind {
+            Kind::Manual(_) => false,
+            #[cfg(feature = "tokio")]
+            Kind::Tokio(_) => false,
+            _ => true,
+        }
+    }
+
     /// Whether a read costs a precise clock access (as opposed to one load).
     pub fn is_precise(&self) -> bool {
         matches!(self.kind, Kind::Precise(_))

@@ -1,6 +1,7 @@
 //! Configuration errors.
 
 use core::fmt;
+use std::borrow::Cow;
 
 /// What is wrong with a configuration value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -18,16 +19,23 @@ pub enum ConfigErrorKind {
     /// A value contradicts another field (for example a base backoff above
     /// the maximum backoff).
     Inconsistent,
+    /// The operating system refused to start the ticker thread (see
+    /// [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)).
+    TickerThread,
 }
 
-/// A configuration value was rejected; [`field`](ConfigError::field) names it.
+/// A configuration value was rejected; [`field`](ConfigError::field) names
+/// the builder method that set it, and the message says the value given,
+/// the range accepted and, when it conflicts with another setting, which
+/// one (and whether that one is a default the caller never set).
 ///
 /// Returned by [`BreakerBuilder::build`](crate::BreakerBuilder::build),
 /// [`DeadLetterQueue::with_capacity`](crate::dlq::DeadLetterQueue::with_capacity),
-/// [`Bulkhead::new`](crate::Bulkhead::new), [`Backoff::new`](crate::backoff::Backoff::new)
-/// and the [`EmitterBuilder`](crate::emit::EmitterBuilder) setters.
-/// A value that passes validation can never make the breaker or the queue
-/// panic, overflow or hang later.
+/// [`Bulkhead::new`](crate::Bulkhead::new), [`Backoff::new`](crate::backoff::Backoff::new),
+/// the [`EmitterBuilder`](crate::emit::EmitterBuilder) setters and
+/// [`Registry::get_or_create`](crate::Registry::get_or_create) (which names
+/// the consumer too). A value that passes validation can never make the
+/// breaker or the queue panic, overflow or hang later.
 ///
 /// ```
 /// use std::time::Duration;
@@ -37,43 +45,98 @@ pub enum ConfigErrorKind {
 /// assert_eq!(err.field(), "error_rate");
 /// assert_eq!(err.kind(), ConfigErrorKind::NotANumber);
 ///
-/// let err = Breaker::builder()
-///     .base_backoff(Duration::from_secs(60))
-///     .max_backoff(Duration::from_secs(30))
-///     .build()
-///     .unwrap_err();
-/// assert_eq!(err.field(), "base_backoff");
+/// // A maximum below the default base: the message says which is which.
+/// let err = Breaker::builder().max_backoff(Duration::from_millis(500)).build().unwrap_err();
+/// assert_eq!(err.field(), "max_backoff");
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid `max_backoff`: max_backoff(500ms) is below base_backoff (1s, its default); \
+///      raise max_backoff to at least 1s or lower base_backoff"
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     field: &'static str,
     kind: ConfigErrorKind,
-    reason: &'static str,
+    reason: Cow<'static, str>,
+    consumer: Option<Box<str>>,
 }
 
 impl ConfigError {
-    pub(crate) const fn new(field: &'static str, kind: ConfigErrorKind, reason: &'static str) -> Self {
-        Self { field, kind, reason }
+    pub(crate) fn new(field: &'static str, kind: ConfigErrorKind, reason: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            field,
+            kind,
+            reason: reason.into(),
+            consumer: None,
+        }
     }
 
-    /// The name of the rejected field, as spelled by the builder method.
+    /// A fixed message, for `const` constructors.
+    pub(crate) const fn fixed(field: &'static str, kind: ConfigErrorKind, reason: &'static str) -> Self {
+        Self {
+            field,
+            kind,
+            reason: Cow::Borrowed(reason),
+            consumer: None,
+        }
+    }
+
+    /// The same error, for the consumer `name` (a registry's breaker).
+    pub(crate) fn for_consumer(mut self, name: &str) -> Self {
+        self.consumer = Some(name.into());
+        self
+    }
+
+    /// The builder method that set the rejected value.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().trip_windows(0).build().unwrap_err();
+    /// assert_eq!(err.field(), "trip_windows");
+    /// ```
     pub fn field(&self) -> &'static str {
         self.field
     }
 
     /// What class of problem the value has.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().trip_windows(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), tailguard::ConfigErrorKind::Zero);
+    /// ```
     pub fn kind(&self) -> ConfigErrorKind {
         self.kind
     }
 
-    /// A human-readable explanation of the accepted range.
-    pub fn reason(&self) -> &'static str {
-        self.reason
+    /// What was given, what is accepted, and what it conflicts with.
+    ///
+    /// ```
+    /// let err = tailguard::Breaker::builder().quantile(1.5).build().unwrap_err();
+    /// assert_eq!(err.reason(), "quantile(1.5) must lie in (0, 1]: above 0 (at least 1e-9) and at most 1");
+    /// ```
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// The consumer whose breaker was being built, for an error from
+    /// [`Registry::get_or_create`](crate::Registry::get_or_create).
+    ///
+    /// ```
+    /// let r = tailguard::Registry::new();
+    /// let err = r.get_or_create("pricing", || tailguard::Breaker::builder().trip_windows(0)).unwrap_err();
+    /// assert_eq!(err.consumer(), Some("pricing"));
+    /// assert!(err.to_string().starts_with("consumer `pricing`: invalid `trip_windows`"));
+    /// ```
+    pub fn consumer(&self) -> Option<&str> {
+        self.consumer.as_deref()
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(consumer) = &self.consumer {
+            write!(f, "consumer `{consumer}`: ")?;
+        }
         write!(f, "invalid `{}`: {}", self.field, self.reason)
     }
 }

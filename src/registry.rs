@@ -124,7 +124,7 @@ impl Registry {
         if let Some(e) = entries.get(name) {
             return Ok(e.breaker.clone());
         }
-        let breaker = make().name(name).build()?;
+        let breaker = make().name(name).build().map_err(|e| e.for_consumer(name))?;
         entries.insert(
             Arc::from(name),
             Entry {

@@ -75,6 +75,11 @@ pub enum Mode {
 pub enum Reason {
     /// More than `1 − q` of the calls were slow for `trip_windows` windows.
     LatencyBreach,
+    /// Calls too sparse for `min_calls` per window, but the slow ones among
+    /// them left no doubt: the sequential test on the slow fraction across
+    /// windows reached its bound (see
+    /// [`BreakerBuilder::min_calls`](crate::BreakerBuilder::min_calls)).
+    SparseLatency,
     /// The rolling error rate went above the limit.
     ErrorRate,
     /// `failure_count` failures within its span.

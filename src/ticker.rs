@@ -67,7 +67,15 @@ pub(crate) fn register(inner: &Arc<Inner>) {
 /// breakers due within one slot are ticked as one batch, in one wake.
 const SLOT_NS: u64 = 5_000_000;
 
-/// Starts (or joins) the process's ticker thread.
+/// A hold on the process's ticker thread, which closes the windows of
+/// every breaker on it.
+///
+/// **Nothing to set up.** Every breaker built with the defaults holds the
+/// thread itself (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)):
+/// the first one starts it, the last one dropped stops it. A `Ticker` handle
+/// is only for keeping the thread up with no breaker alive (say between
+/// reconfigurations), for a maximum sleep other than the default, or for
+/// [`pass`](Self::pass) and [`is_running`](Self::is_running).
 ///
 /// The thread, named `tailguard-ticker`, keeps each live breaker's next due
 /// time (its next window end, or the end of its backoff) in 5 ms slots and
@@ -88,23 +96,28 @@ const SLOT_NS: u64 = 5_000_000;
 /// README gives its measured share of a core at 10,000 breakers
 /// (`examples/scale.rs`).
 ///
-/// It runs while at least one [`Ticker`] handle lives; the last handle to
-/// drop stops and joins it. Breakers hold no reference to it and it holds
-/// only weak references to them.
+/// It runs while at least one hold on it lives (a breaker on it, or a
+/// [`Ticker`] handle); the last one dropped stops and joins it (or, if that
+/// is the thread itself, dropping the last reference to a breaker it was
+/// ticking, lets it end on its own a moment later). It holds only weak
+/// references to the breakers.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tailguard::{Breaker, Ticker};
 ///
-/// let ticker = Ticker::start()?;
+/// let ticker = Ticker::with_max_sleep(Duration::from_millis(100))?;
 /// let breaker = Breaker::builder().window(Duration::from_millis(10)).build()?;
 /// breaker.allow()?.record(true);
 /// std::thread::sleep(Duration::from_millis(50));
 /// assert!(breaker.snapshot().window.closed_at >= Duration::from_millis(10));
-/// drop(ticker); // stops and joins the thread
+/// drop(ticker); // the breaker keeps the thread running ...
+/// assert!(Ticker::is_running());
+/// drop(breaker); // ... until it goes
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
+#[must_use = "the ticker thread stops when the last hold on it (a Ticker, or a breaker on it) is dropped"]
 pub struct Ticker {
     _private: (),
 }

@@ -330,7 +330,7 @@ impl<C> BreakerLayer<C> {
             return Err(ConfigError::new(
                 "timeout",
                 ConfigErrorKind::Zero,
-                "a zero timeout would time every request out",
+                "timeout(0s) would time every request out: it must be above zero",
             ));
         }
         self.config.timeout_ns = Some(duration_nanos_saturating(timeout));

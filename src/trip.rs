@@ -13,6 +13,32 @@
 //! windows; any tick cadence gives the same verdict on evenly spread
 //! traffic.
 //!
+//! # Sparse traffic: a sequential test
+//!
+//! `min_calls` is a minimum of evidence, not of rate. A span with at least
+//! `min_calls` calls per window is judged alone, as above. A sparser span
+//! is not judged alone (one slow call in a quiet second is not an outage),
+//! but its calls feed a sequential test on the slow fraction, across
+//! windows: a CUSUM of Wald's log-likelihood ratio between "a fraction
+//! `p0 = 1 − q` of the calls is slow" (the quantile rule's own limit) and
+//! "a fraction `p1` is" (ten times as many, at most halfway to all:
+//! `p1 = min(10 p0, (1 + p0) / 2)`). Each slow call adds
+//! `ln(p1 / p0)` to the evidence, each other call takes
+//! `ln((1 − p0) / (1 − p1))` off it, the evidence never goes below zero,
+//! and it trips ([`Reason::SparseLatency`]) when it reaches `ln(10^6)`
+//! (Wald's bound for a false-trip rate of one in a million tests at the
+//! limit fraction itself). With the defaults (P99) that is 6 slow calls in
+//! a row, or e.g. 13 with 12 fast calls among them; a healthy consumer
+//! (slow fraction well under 1%) drifts back to zero. A dense span (judged
+//! alone) starts the evidence afresh, as does every transition.
+//!
+//! So an all-slow consumer at `r` calls a second trips at the first window
+//! close after its sixth slow call: within `6 / r` seconds and one window
+//! (3 s at 3 calls a second, 60 s at one call every 10 s); at 100 calls a
+//! second and above nothing changes (every window is dense). The weights
+//! and the bound are fixed integers (micro-nats) computed once at build, so
+//! every decision is exact and the same on every platform.
+//!
 //! Every fraction is compared exactly, in integers: a fraction is kept in
 //! parts per billion and `part / whole > limit` is decided as
 //! `part × 10^9 > whole × limit` in 128 bits (in floating point
@@ -33,6 +59,49 @@ pub(crate) fn ppb(fraction: f64) -> u64 {
 /// exactly.
 pub(crate) fn exceeds(part: u64, whole: u64, limit_ppb: u64) -> bool {
     u128::from(part) * u128::from(PPB) > u128::from(whole) * u128::from(limit_ppb)
+}
+
+/// The sequential test's weights and bound, in micro-nats (see the module
+/// docs), derived from the rule's slow limit where they are used (window
+/// close), so that a breaker stores nothing for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sparse {
+    /// What a slow call adds: `ln(p1 / p0)`.
+    pub(crate) slow_weight: u64,
+    /// What any other call takes off: `ln((1 − p0) / (1 − p1))`.
+    pub(crate) fast_weight: u64,
+    /// The evidence that trips: `ln(10^6)`, rounded down.
+    pub(crate) bound: u64,
+}
+
+/// The slow fraction the test treats as healthy at the least: a quantile of
+/// 1 (P100) would otherwise make a single slow call conclusive.
+const MIN_P0: f64 = 1e-6;
+
+impl Sparse {
+    /// The test for a rule whose windows breach above `slow_ppb`.
+    pub(crate) fn for_limit(slow_ppb: u64) -> Sparse {
+        let p0 = (slow_ppb as f64 / PPB as f64).clamp(MIN_P0, 1.0 - MIN_P0);
+        let p1 = (10.0 * p0).min((1.0 + p0) / 2.0);
+        let micro = |nats: f64| (nats * 1e6).round() as u64;
+        Sparse {
+            slow_weight: micro((p1 / p0).ln()).max(1),
+            fast_weight: micro(((1.0 - p0) / (1.0 - p1)).ln()).max(1),
+            bound: (1e6f64.ln() * 1e6).floor() as u64,
+        }
+    }
+
+    /// The evidence after a sparse span of `calls` calls, `slow` of them
+    /// slow, from `evidence`: the span's log-likelihood ratio added as one
+    /// step (the order of the calls within a window is not known), never
+    /// below zero, and at most the bound (where it trips).
+    fn update(&self, evidence: u32, calls: u64, slow: u64) -> u32 {
+        let slow = slow.min(calls);
+        let up = slow.saturating_mul(self.slow_weight);
+        let down = (calls - slow).saturating_mul(self.fast_weight);
+        let e = u64::from(evidence).saturating_add(up).saturating_sub(down);
+        e.min(self.bound) as u32
+    }
 }
 
 /// The settings the rule judges by.
@@ -75,6 +144,8 @@ pub(crate) struct Input {
     pub(crate) span_failures: u64,
     /// Consecutive breaching windows before this span.
     pub(crate) breaches: u8,
+    /// The sequential test's evidence before this span (micro-nats).
+    pub(crate) evidence: u32,
 }
 
 /// What the rule decides.
@@ -84,19 +155,29 @@ pub(crate) struct Verdict {
     /// not breach).
     pub(crate) breaches: u8,
     /// Why to trip, if it trips. When several conditions hold, the latency
-    /// streak wins, then the error rate, then the failure count.
+    /// streak (or the sequential test) wins, then the error rate, then the
+    /// failure count.
     pub(crate) trip: Option<Reason>,
+    /// The sequential test's evidence after this span: zero after a dense
+    /// span (judged alone) or a trip; at most the bound (it trips there).
+    pub(crate) evidence: u32,
 }
 
 /// Judges one closed span (one window, or several closed at once).
 pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
     let windows = w.windows.max(1);
-    let breach =
-        w.calls > 0 && w.calls >= rule.min_calls.saturating_mul(windows) && exceeds(w.slow, w.calls, rule.slow_ppb);
+    let sparse = Sparse::for_limit(rule.slow_ppb);
+    let dense = w.calls > 0 && w.calls >= rule.min_calls.saturating_mul(windows);
+    let breach = dense && exceeds(w.slow, w.calls, rule.slow_ppb);
     let breaches = if breach {
         w.breaches.saturating_add(u8::try_from(windows).unwrap_or(u8::MAX))
     } else {
         0
+    };
+    let evidence = if dense {
+        0
+    } else {
+        sparse.update(w.evidence, w.calls, w.slow)
     };
     let span_errors = w.span_errors.min(w.span_calls);
     let error_trip =
@@ -104,6 +185,8 @@ pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
     let count_trip = rule.failures.is_some_and(|n| w.span_failures >= u64::from(n.get()));
     let trip = if breaches >= rule.trip_windows {
         Some(Reason::LatencyBreach)
+    } else if u64::from(evidence) >= sparse.bound {
+        Some(Reason::SparseLatency)
     } else if error_trip {
         Some(Reason::ErrorRate)
     } else if count_trip {
@@ -111,7 +194,11 @@ pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
     } else {
         None
     };
-    Verdict { breaches, trip }
+    Verdict {
+        breaches,
+        trip,
+        evidence: if trip.is_some() { 0 } else { evidence },
+    }
 }
 
 #[cfg(test)]
@@ -119,13 +206,15 @@ mod tests {
     use super::*;
 
     /// The defaults: P99 over 3 windows, 50% errors, 20 calls, no count trip.
-    const DEFAULT: Rule = Rule {
-        slow_ppb: 10_000_000,
-        trip_windows: 3,
-        min_calls: 20,
-        error_ppb: 500_000_000,
-        failures: None,
-    };
+    fn default_rule() -> Rule {
+        Rule {
+            slow_ppb: 10_000_000,
+            trip_windows: 3,
+            min_calls: 20,
+            error_ppb: 500_000_000,
+            failures: None,
+        }
+    }
 
     fn window(calls: u64, slow: u64, errors: u64, breaches: u8) -> Input {
         Input {
@@ -136,6 +225,7 @@ mod tests {
             span_errors: errors,
             span_failures: errors,
             breaches,
+            evidence: 0,
         }
     }
 
@@ -143,38 +233,41 @@ mod tests {
     fn the_rule_table() {
         let five_failures = Rule {
             failures: NonZeroU32::new(5),
-            ..DEFAULT
+            ..default_rule()
         };
         let one_window = Rule {
             trip_windows: 1,
-            ..DEFAULT
+            ..default_rule()
         };
         let p90 = Rule {
             slow_ppb: ppb(1.0 - 0.9),
             trip_windows: 1,
-            ..DEFAULT
+            ..default_rule()
         };
+        let default = default_rule();
         #[rustfmt::skip]
-        let cases: [(&str, Rule, Input, u8, Option<Reason>); 16] = [
-            ("exactly 1% slow at P99 is no breach", DEFAULT, window(100, 1, 0, 0), 0, None),
-            ("one slow call over 1% breaches", DEFAULT, window(100, 2, 0, 0), 1, None),
-            ("1% of 1000 is no breach", DEFAULT, window(1000, 10, 0, 2), 0, None),
-            ("one over at 1000", DEFAULT, window(1000, 11, 0, 2), 3, Some(Reason::LatencyBreach)),
-            ("the third breaching window trips", DEFAULT, window(100, 50, 0, 2), 3, Some(Reason::LatencyBreach)),
-            ("a clean window resets the streak", DEFAULT, window(100, 0, 0, 2), 0, None),
-            ("one call under min_calls is not judged", DEFAULT, window(19, 19, 19, 2), 0, None),
+        let cases: [(&str, Rule, Input, u8, Option<Reason>); 17] = [
+            ("exactly 1% slow at P99 is no breach", default, window(100, 1, 0, 0), 0, None),
+            ("one slow call over 1% breaches", default, window(100, 2, 0, 0), 1, None),
+            ("1% of 1000 is no breach", default, window(1000, 10, 0, 2), 0, None),
+            ("one over at 1000", default, window(1000, 11, 0, 2), 3, Some(Reason::LatencyBreach)),
+            ("the third breaching window trips", default, window(100, 50, 0, 2), 3, Some(Reason::LatencyBreach)),
+            ("a clean window resets the streak", default, window(100, 0, 0, 2), 0, None),
+            ("a window under min_calls is not judged alone", default, window(19, 0, 0, 2), 0, None),
+            ("19 slow calls under min_calls: the sequential test trips", default, window(19, 19, 19, 2), 0, Some(Reason::SparseLatency)),
             ("min_calls exactly is judged", one_window, window(20, 20, 0, 0), 1, Some(Reason::LatencyBreach)),
             ("a window without calls never breaches", Rule { min_calls: 0, ..one_window }, window(0, 0, 0, 0), 0, None),
-            ("exactly half the errors is no trip", DEFAULT, window(20, 0, 10, 0), 0, None),
-            ("one error over half trips", DEFAULT, window(20, 0, 11, 0), 0, Some(Reason::ErrorRate)),
-            ("error span under min_calls is not judged", DEFAULT, window(19, 0, 19, 0), 0, None),
+            ("exactly half the errors is no trip", default, window(20, 0, 10, 0), 0, None),
+            ("one error over half trips", default, window(20, 0, 11, 0), 0, Some(Reason::ErrorRate)),
+            ("error span under min_calls is not judged", default, window(19, 0, 19, 0), 0, None),
             ("latency wins over errors", one_window, window(20, 20, 20, 0), 1, Some(Reason::LatencyBreach)),
             ("errors win over the count", five_failures, window(20, 0, 20, 0), 0, Some(Reason::ErrorRate)),
             ("the count trip ignores min_calls", five_failures, window(5, 0, 5, 0), 0, Some(Reason::FailureCount)),
             ("two of twenty slow is no P90 breach", p90, window(20, 2, 0, 0), 0, None),
         ];
         for (name, rule, input, breaches, trip) in cases {
-            assert_eq!(judge(&rule, &input), Verdict { breaches, trip }, "{name}");
+            let v = judge(&rule, &input);
+            assert_eq!((v.breaches, v.trip), (breaches, trip), "{name}");
         }
     }
 
@@ -191,7 +284,7 @@ mod tests {
         let rule = Rule {
             min_calls: 0,
             trip_windows: 1,
-            ..DEFAULT
+            ..default_rule()
         };
         for windows in [1, 3] {
             let span = Input {
@@ -200,14 +293,8 @@ mod tests {
                 windows,
                 ..Input::default()
             };
-            assert_eq!(
-                judge(&rule, &span),
-                Verdict {
-                    breaches: 0,
-                    trip: None
-                },
-                "{windows} windows"
-            );
+            let v = judge(&rule, &span);
+            assert_eq!((v.breaches, v.trip), (0, None), "{windows} windows");
         }
     }
 
@@ -215,7 +302,7 @@ mod tests {
     fn the_error_span_and_the_failure_span_are_read_apart() {
         let rule = Rule {
             failures: NonZeroU32::new(5),
-            ..DEFAULT
+            ..default_rule()
         };
         // A quiet window in a span that holds earlier errors.
         let span = Input {
@@ -226,6 +313,7 @@ mod tests {
             span_errors: 21,
             span_failures: 4,
             breaches: 0,
+            evidence: 0,
         };
         assert_eq!(judge(&rule, &span).trip, Some(Reason::ErrorRate));
         let not_yet = Input {
@@ -251,11 +339,12 @@ mod tests {
             span_errors: 25,
             span_failures: 0,
             breaches: 0,
+            evidence: 0,
         };
-        assert_eq!(judge(&DEFAULT, &w).trip, Some(Reason::ErrorRate));
+        assert_eq!(judge(&default_rule(), &w).trip, Some(Reason::ErrorRate));
         let all = Rule {
             error_ppb: PPB,
-            ..DEFAULT
+            ..default_rule()
         };
         assert_eq!(judge(&all, &w).trip, None, "an error rate of 1 never trips");
     }
@@ -264,7 +353,7 @@ mod tests {
     fn a_span_of_several_windows_is_judged_as_if_spread_evenly() {
         let rule = Rule {
             trip_windows: 2,
-            ..DEFAULT
+            ..default_rule()
         };
         let span = |calls, slow, windows| Input {
             calls,
@@ -275,13 +364,8 @@ mod tests {
         // Two windows of 15 calls (min_calls 20): neither is judged.
         assert_eq!(judge(&rule, &span(30, 30, 2)).breaches, 0);
         // Two windows of 20 slow calls: two breaching windows, a trip.
-        assert_eq!(
-            judge(&rule, &span(40, 40, 2)),
-            Verdict {
-                breaches: 2,
-                trip: Some(Reason::LatencyBreach)
-            }
-        );
+        let v = judge(&rule, &span(40, 40, 2));
+        assert_eq!((v.breaches, v.trip), (2, Some(Reason::LatencyBreach)));
         // Spread evenly, 1% of each window slow is no breach.
         assert_eq!(judge(&rule, &span(400, 4, 4)).breaches, 0);
         // A long gap: the streak saturates, nothing overflows.
@@ -289,6 +373,75 @@ mod tests {
         assert_eq!(gap.breaches, 0, "fewer than min_calls per window over the gap");
         let long = judge(&Rule { min_calls: 0, ..rule }, &span(1000, 1000, 300));
         assert_eq!(long.breaches, 255);
+    }
+
+    /// The sequential test's fixed weights at the defaults (P99: p0 = 1%,
+    /// p1 = 10%), in micro-nats.
+    #[test]
+    fn the_sparse_weights_at_the_defaults() {
+        assert_eq!(
+            Sparse::for_limit(10_000_000),
+            Sparse {
+                slow_weight: 2_302_585, // ln 10
+                fast_weight: 95_310,    // ln(0.99 / 0.9)
+                bound: 13_815_510,      // ln 10^6
+            }
+        );
+        // P100 (no slow call allowed): p0 is floored at 10^-6, so one slow
+        // call is still not conclusive.
+        let p100 = Sparse::for_limit(0);
+        assert!(p100.slow_weight < p100.bound, "{p100:?}");
+        // P50: p1 halfway from p0 to all calls.
+        let p50 = Sparse::for_limit(500_000_000);
+        assert_eq!(p50.slow_weight, 405_465); // ln(0.75 / 0.5)
+        assert_eq!(p50.fast_weight, 693_147); // ln(0.5 / 0.25)
+    }
+
+    /// Evidence is carried across sparse windows: six slow calls trip,
+    /// five do not, however they are spread; fast calls wear it down; it
+    /// never goes below zero; a dense window or a trip starts it afresh.
+    #[test]
+    fn the_sequential_test_across_sparse_windows() {
+        let rule = default_rule();
+        let w = |calls, slow, evidence| Input {
+            calls,
+            slow,
+            windows: 1,
+            span_calls: calls,
+            evidence,
+            ..Input::default()
+        };
+        // Six slow calls: in one window, or one a window.
+        let v = judge(&rule, &w(6, 6, 0));
+        assert_eq!((v.trip, v.evidence), (Some(Reason::SparseLatency), 0));
+        let mut evidence = 0;
+        for i in 1..=6 {
+            let v = judge(&rule, &w(1, 1, evidence));
+            evidence = v.evidence;
+            assert_eq!(v.trip.is_some(), i == 6, "slow call {i}");
+        }
+        assert_eq!(evidence, 0, "a trip starts it afresh");
+        // Five slow calls do not; one fast call among six slow is not enough
+        // to stop the sixth tripping (6 × 2.30 − 0.095 is still short), but
+        // two fast calls bring five slow ones down.
+        let five = judge(&rule, &w(5, 5, 0));
+        assert_eq!((five.trip, five.evidence), (None, 5 * 2_302_585));
+        // At most the bound, whatever a span holds.
+        assert_eq!(judge(&rule, &w(19, 19, u32::MAX)).trip, Some(Reason::SparseLatency));
+        assert_eq!(
+            judge(&rule, &w(7, 6, 0)).trip,
+            None,
+            "six slow, one fast: 13.72 < 13.82"
+        );
+        assert_eq!(judge(&rule, &w(8, 7, 0)).trip, Some(Reason::SparseLatency));
+        // Never below zero: a long healthy stretch does not bank credit.
+        assert_eq!(judge(&rule, &w(19, 0, 100)).evidence, 0);
+        assert_eq!(judge(&rule, &w(6, 6, 0)).trip, Some(Reason::SparseLatency));
+        // A dense window starts it afresh (and is judged alone).
+        let dense = judge(&rule, &w(20, 0, 5 * 2_302_585));
+        assert_eq!((dense.trip, dense.evidence), (None, 0));
+        // A window without calls leaves it as it was.
+        assert_eq!(judge(&rule, &w(0, 0, 1234)).evidence, 1234);
     }
 
     #[test]

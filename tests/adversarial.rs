@@ -178,27 +178,34 @@ fn a03_a_call_started_during_a_close_after_a_step_back_is_not_counted_slow() {
 /// "A window with fewer than `min_calls` calls never trips". `tick` "closes
 /// every window that is due at the clock's now".
 ///
-/// Every window here has 15 calls (min_calls is 20). When one tick closes
-/// two windows, everything recorded since the last drain is attributed to
-/// the newest window: 30 calls, judged, and the breaker trips.
+/// Every window here has 15 calls (min_calls is 20), one of them slow.
+/// When one tick closes two windows, everything recorded since the last
+/// drain was once attributed to the newest window: 30 calls, 2 slow (over
+/// the P99's 1%), judged, and the breaker tripped. (Since issue 16 sparse
+/// windows feed a sequential test instead: two slow calls of thirty are far
+/// from its bound.)
 #[test]
 fn a04_windows_below_min_calls_never_trip_when_one_tick_closes_two() {
-    let clock = ManualClock::new();
-    let b = builder(&clock)
-        .window(10 * MS)
-        .trip_windows(1)
-        .min_calls(20)
-        .build()
-        .unwrap();
     for round in 0..3 {
+        // A fresh breaker each round: the sequential test is not carried.
+        let clock = ManualClock::new();
+        let b = builder(&clock)
+            .window(10 * MS)
+            .trip_windows(1)
+            .min_calls(20)
+            .build()
+            .unwrap();
+        clock.advance(10 * MS * round);
         for _ in 0..2 {
-            // One window: 15 calls, all slow.
-            for _ in 0..15 {
-                b.allow().unwrap().record_latency(900 * MS, true);
+            // One window: 15 calls, one slow (2 of 30: over 1% if judged
+            // as one window).
+            for i in 0..15 {
+                let latency = if i == 0 { 900 * MS } else { MS };
+                b.allow().unwrap().record_latency(latency, true);
             }
             clock.advance(10 * MS);
         }
-        b.tick(); // closes the two windows just ended
+        b.tick(); // closes the windows just ended
         let s = b.snapshot();
         assert_eq!(
             s.state,

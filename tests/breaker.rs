@@ -366,7 +366,11 @@ fn a_quiet_window_below_min_calls_never_trips() {
         .build()
         .unwrap();
     for _ in 0..5 {
-        traffic(&b, 19, 19, 19); // every call slow and failed, but only 19
+        // 1 of 19 calls slow (over 1%, but not judged alone; the sequential
+        // test stays far from its bound: 2.30 up, 1.72 down a window) and
+        // every call failed (19: under min_calls over the one-window error
+        // span).
+        traffic(&b, 19, 1, 19);
         next_window(&b, &clock);
     }
     assert_eq!(b.state(), State::Closed);
@@ -1399,4 +1403,89 @@ fn errors_from_before_a_trip_never_count_after_the_recovery() {
     traffic(&b, 20, 0, 6);
     next_window(&b, &clock);
     assert_eq!(b.state(), State::Closed, "{:?}", b.snapshot());
+}
+
+// ------------------------------------------------------- sparse traffic
+// `min_calls` is a minimum of evidence, not of rate (issue 16).
+
+/// Three calls a second, every one 300 ms against a 100 ms threshold: never
+/// 20 calls in a window, and it trips all the same, well within 25 s.
+#[test]
+fn a_slow_consumer_at_three_calls_a_second_trips() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).latency_threshold(100 * MS).build().unwrap();
+    let (seen, listener) = recorder();
+    let b = {
+        drop(b);
+        builder(&clock)
+            .latency_threshold(100 * MS)
+            .on_transition(listener)
+            .build()
+            .unwrap()
+    };
+    let mut elapsed = Duration::ZERO;
+    while b.state() == State::Closed {
+        assert!(elapsed < 25 * SEC, "not tripped after {elapsed:?}: {:?}", b.snapshot());
+        for _ in 0..3 {
+            b.allow().unwrap().record_latency(300 * MS, true);
+        }
+        next_window(&b, &clock);
+        elapsed += SEC;
+    }
+    // Six slow calls: the second window's close (the docs: 6 / r s and a window).
+    assert!(elapsed <= 3 * SEC, "tripped after {elapsed:?}");
+    assert_eq!(seen.lock().unwrap()[0].reason, Reason::SparseLatency);
+}
+
+/// A healthy consumer at three calls a second, 0.1% of its calls slow
+/// (drawn at random, so they sometimes come close together), runs for 24
+/// hours of the manual clock and never trips; a lone slow call in a quiet
+/// second never does either.
+#[test]
+fn a_healthy_sparse_consumer_never_trips_in_a_day() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).latency_threshold(100 * MS).build().unwrap();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut slow_calls = 0u64;
+    for second in 0..24 * 3600 {
+        for _ in 0..3 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let slow = rng % 1000 == 0;
+            slow_calls += u64::from(slow);
+            let latency = if slow { 300 * MS } else { 8 * MS };
+            b.allow().unwrap().record_latency(latency, true);
+        }
+        next_window(&b, &clock);
+        assert_eq!(b.state(), State::Closed, "tripped at {second} s");
+    }
+    assert!(slow_calls > 150, "{slow_calls} slow calls in the day");
+    assert_eq!(b.snapshot().trip_count, 0);
+    // One slow call in an otherwise quiet stretch.
+    b.allow().unwrap().record_latency(SEC, true);
+    for _ in 0..100 {
+        next_window(&b, &clock);
+    }
+    assert_eq!(b.state(), State::Closed);
+}
+
+/// The sequential test is judged only on sparse windows: at 100 calls a
+/// second the quantile rule alone decides, as before (10% slow: three
+/// breaching windows; 1% slow: never).
+#[test]
+fn dense_traffic_is_judged_by_the_quantile_rule_alone() {
+    for (slow_per_100, trips_after) in [(10, Some(3)), (1, None)] {
+        let clock = ManualClock::new();
+        let b = builder(&clock).build().unwrap();
+        for window in 1..=30 {
+            traffic(&b, 100, slow_per_100, 0);
+            next_window(&b, &clock);
+            if b.state() == State::Open {
+                assert_eq!(Some(window), trips_after, "{slow_per_100}% slow");
+                break;
+            }
+        }
+        assert_eq!(b.state() == State::Open, trips_after.is_some(), "{slow_per_100}% slow");
+    }
 }

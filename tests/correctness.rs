@@ -184,11 +184,8 @@ fn f06_calls_admitted_before_a_trip_never_judge_the_recovered_consumer() {
 #[test]
 fn f07a_in_flight_calls_are_counted_once_under_racing_window_closes() {
     let clock = ManualClock::new();
-    let b = builder(&clock)
-        .track_in_flight(true)
-        .min_calls(u64::MAX) // never trips: one generation throughout
-        .build()
-        .unwrap();
+    let b = builder(&clock).track_in_flight(true).build().unwrap();
+    b.force_closed(); // never trips: one generation throughout
     let stop = AtomicBool::new(false);
     let made = AtomicU64::new(0);
     std::thread::scope(|s| {

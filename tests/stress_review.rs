@@ -36,10 +36,9 @@ fn s01_in_flight_conservation_under_clock_steps_moves_and_local_handles() {
         .window(10 * MS)
         .latency_threshold(2 * MS)
         .local_handles(2)
-        .min_calls(u64::MAX)
-        .error_rate(1.0)
         .build()
         .unwrap();
+    b.force_closed(); // measures, never trips: every call stays admitted
     let stop = AtomicBool::new(false);
     let made = AtomicU64::new(0);
     std::thread::scope(|s| {

@@ -20,10 +20,15 @@
 //!
 //! The hot path takes no lock except to make a transition (the `flaps` lock
 //! to publish an OPEN deadline or count a flap, the event queue's lock to
-//! queue its event), each alone, briefly. Nested, the order is: `tick`
-//! (window close) before `flaps`, and `tick` before the event queue's lock;
-//! `flaps` and the event queue's lock are never held together, and no lock
-//! is held while the listener runs.
+//! queue its event, and, into OPEN with a task parked, the open watch's
+//! lock to take the wakers), each alone, briefly. Nested, the order is:
+//! `tick` (window close, and `reset`) before `flaps`, before the event
+//! queue's lock and before the open watch's lock; `flaps`, the event
+//! queue's lock and the open watch's lock are never held together; no lock
+//! is held while the listener runs, and no lock but `tick` (for a
+//! transition a window close or a reset makes) while a parked task's waker
+//! is woken (wakers only schedule their task; one that ran the task inside
+//! `wake` and ticked the same breaker from it would deadlock).
 
 mod admission;
 mod flight;
@@ -116,6 +121,11 @@ pub(crate) struct Inner {
     events: Events,
     /// Tasks parked elsewhere, woken by a transition into OPEN.
     open_watch: OpenWatch,
+    /// This breaker's hold on the process's ticker thread (see
+    /// `BreakerBuilder::ticker`): the thread runs while a breaker it ticks
+    /// (or a `Ticker` handle) lives, and stops with the last one.
+    #[cfg(not(tailguard_loom))]
+    _ticker: Option<crate::Ticker>,
 }
 
 impl fmt::Debug for Inner {
@@ -169,6 +179,7 @@ impl Breaker {
         clock: ClockSource,
         listeners: Vec<Listener>,
         name: Option<Box<str>>,
+        #[cfg(not(tailguard_loom))] ticker: Option<crate::Ticker>,
     ) -> Self {
         static SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let origin = clock.nanos_of(clock.raw());
@@ -205,6 +216,7 @@ impl Breaker {
                 ring,
                 ring_pos: 0,
                 high: 0,
+                evidence: 0,
                 last: WindowStats::default(),
                 totals: Totals::default(),
             }),
@@ -223,6 +235,8 @@ impl Breaker {
             local_free: AtomicU64::new(local_free),
             events: Events::new(listeners, name.clone()),
             open_watch: OpenWatch::new(),
+            #[cfg(not(tailguard_loom))]
+            _ticker: ticker,
             flaps: Mutex::new(Flaps {
                 times: flap_times,
                 pos: 0,

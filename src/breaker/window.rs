@@ -33,6 +33,9 @@ pub(super) struct TickState {
     pub(super) ring_pos: u32,
     /// The highest time seen by window close (step-back detection).
     pub(super) high: u64,
+    /// The trip rule's sequential test over sparse spans (micro-nats; see
+    /// `crate::trip`): carried from close to close, cleared with the ring.
+    pub(super) evidence: u32,
     pub(super) last: WindowStats,
     pub(super) totals: Totals,
 }
@@ -49,8 +52,11 @@ impl TickState {
         t.stale = t.stale.saturating_add(counts.stale);
     }
 
+    /// Forgets the rolling spans and the sparse evidence: after a trip, a
+    /// span that straddles a transition, a reset.
     fn clear_ring(&mut self) {
         self.ring.iter_mut().for_each(|e| *e = (0, 0));
+        self.evidence = 0;
     }
 
     fn push(&mut self, calls: u64, errors: u64) {
@@ -221,6 +227,7 @@ impl Inner {
             ts.sum(c.failure_windows as usize).1
         };
         let gen = ts.window_gen;
+        let mut evidence = ts.evidence;
         let (seen, stored, reason) = self.state.update(|w| {
             if w.state() != State::Closed || self.state.full_generation(w) != gen {
                 return Decision::Keep(None);
@@ -233,13 +240,16 @@ impl Inner {
                 span_errors,
                 span_failures,
                 breaches: w.breaches(),
+                evidence: ts.evidence,
             };
             let verdict = trip::judge(&c.rule, &input);
+            evidence = verdict.evidence;
             match verdict.trip {
                 Some(r) => Decision::Set(w.transition(State::Open, w.mode()), Some(r)),
                 None => Decision::Set(w.with_breaches(verdict.breaches), None),
             }
         });
+        ts.evidence = evidence;
         if let (Some(next), Some(reason)) = (stored, reason) {
             ts.clear_ring();
             self.note(seen, next, reason, now);
@@ -290,6 +300,7 @@ mod tests {
             ring: vec![(0, 0); len].into_boxed_slice(),
             ring_pos: 0,
             high: 0,
+            evidence: 0,
             last: WindowStats::default(),
             totals: Totals::default(),
         }
@@ -334,6 +345,7 @@ mod tests {
                 ring: vec![(0, 0); len].into_boxed_slice(),
                 ring_pos: 0,
                 high: 0,
+                evidence: 0,
                 last: WindowStats::default(),
                 totals: Totals::default(),
             };

@@ -82,14 +82,14 @@ impl<T> Inner<T> {
             return Err(ConfigError::new(
                 "capacity",
                 ConfigErrorKind::Zero,
-                "a dead-letter queue needs room for at least one item",
+                "with_capacity(0): a dead-letter queue needs room for at least one item (accepted: 1 to 2,097,151)",
             ));
         }
         if capacity > MAX_CAPACITY {
             return Err(ConfigError::new(
                 "capacity",
                 ConfigErrorKind::TooLarge,
-                "must be at most 2,097,151 items (dlq::MAX_CAPACITY)",
+                format!("with_capacity({capacity}) is above the maximum, 2,097,151 items (dlq::MAX_CAPACITY)"),
             ));
         }
         // Each ring gets a power-of-two number of slots >= capacity, and at

@@ -228,6 +228,6 @@ pub(super) fn too_large() -> ConfigError {
     ConfigError::new(
         "capacity",
         ConfigErrorKind::TooLarge,
-        "the queue's slots (3 rings of capacity.next_power_of_two().max(2) slots) could not be allocated",
+        "with_capacity: the queue's slots (3 rings of capacity.next_power_of_two().max(2) slots) could not be allocated",
     )
 }

@@ -535,16 +535,25 @@ impl<T> EmitterBuilder<T> {
     /// Bounds the calls in flight to the consumer (default: no bulkhead).
     ///
     /// # Errors
-    /// A [`ConfigError`] for `"max_in_flight"` when it is 0.
+    /// A [`ConfigError`] for `"bulkhead"` when it is 0.
     ///
     /// ```
     /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
     /// let b = Emitter::<u8>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?);
-    /// assert_eq!(b.bulkhead(0).unwrap_err().field(), "max_in_flight");
+    /// let err = b.bulkhead(0).unwrap_err();
+    /// assert_eq!(err.field(), "bulkhead");
+    /// assert_eq!(err.to_string(), "invalid `bulkhead`: bulkhead(0) must admit at least one call");
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
     pub fn bulkhead(self, max_in_flight: usize) -> Result<Self, ConfigError> {
-        Ok(self.shared_bulkhead(Bulkhead::new(max_in_flight)?))
+        let bulkhead = Bulkhead::new(max_in_flight).map_err(|_| {
+            ConfigError::new(
+                "bulkhead",
+                ConfigErrorKind::Zero,
+                format!("bulkhead({max_in_flight}) must admit at least one call"),
+            )
+        })?;
+        Ok(self.shared_bulkhead(bulkhead))
     }
 
     /// Uses `bulkhead` (which others may share: say one bound over several
@@ -582,7 +591,7 @@ impl<T> EmitterBuilder<T> {
             return Err(ConfigError::new(
                 "timeout",
                 ConfigErrorKind::Zero,
-                "a zero timeout would time every call out",
+                "timeout(0s) would time every call out: it must be above zero",
             ));
         }
         self.timeout = timeout;
@@ -606,7 +615,7 @@ impl<T> EmitterBuilder<T> {
             return Err(ConfigError::new(
                 "replay_attempts",
                 ConfigErrorKind::Zero,
-                "a queued trigger needs at least one replay attempt",
+                "replay_attempts(0): a queued trigger needs at least one replay attempt",
             ));
         }
         self.replay_attempts = attempts;

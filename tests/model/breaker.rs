@@ -39,6 +39,23 @@ fn exceeds(part: u64, whole: u64, limit_ppb: u64) -> bool {
     u128::from(part) * PPB > u128::from(whole) * u128::from(limit_ppb)
 }
 
+/// The sequential test of sparse windows, as documented on `min_calls`:
+/// with `p0 = 1 − q` (at least 10^-6, at most 1 − 10^-6) and
+/// `p1 = min(10 p0, (1 + p0) / 2)`, a slow call adds `ln(p1 / p0)`, any
+/// other call takes `ln((1 − p0) / (1 − p1))` off, in micro-nats rounded to
+/// the nearest (at least 1), never below zero; it trips at `ln 10^6`
+/// micro-nats rounded down. Returns (slow weight, fast weight, bound).
+fn sparse_weights(quantile_ppb: u64) -> (u64, u64, u64) {
+    let p0 = ((1_000_000_000 - quantile_ppb) as f64 / 1e9).clamp(1e-6, 1.0 - 1e-6);
+    let p1 = (10.0 * p0).min((1.0 + p0) / 2.0);
+    let micro = |nats: f64| ((nats * 1e6).round() as u64).max(1);
+    (
+        micro((p1 / p0).ln()),
+        micro(((1.0 - p0) / (1.0 - p1)).ln()),
+        (1e6f64.ln() * 1e6).floor() as u64,
+    )
+}
+
 /// What a permit of the model is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Permit {
@@ -108,6 +125,8 @@ pub struct Breaker {
     window_generation: u64,
     ring: Vec<(u64, u64)>,
     ring_pos: usize,
+    /// The sequential test's evidence, micro-nats.
+    evidence: u64,
     pending: Window,
     pub last: Window,
     pub totals: Window,
@@ -146,6 +165,7 @@ impl Breaker {
             window_generation: 0,
             ring: vec![(0, 0); ring_len],
             ring_pos: 0,
+            evidence: 0,
             pending: Window::default(),
             last: Window::default(),
             totals: Window::default(),
@@ -459,6 +479,7 @@ impl Breaker {
             self.totals.cancelled += counts.cancelled;
             self.totals.stale += counts.stale;
             self.ring.iter_mut().for_each(|e| *e = (0, 0));
+            self.evidence = 0;
             self.window_generation = self.generation;
             return;
         }
@@ -530,6 +551,7 @@ impl Breaker {
         self.totals.stale += counts.stale;
         if !judged {
             self.ring.iter_mut().for_each(|e| *e = (0, 0));
+            self.evidence = 0;
             return;
         }
         // Each window's even share, oldest first, the remainder to the
@@ -541,9 +563,18 @@ impl Breaker {
             self.ring_pos = (self.ring_pos + 1) % self.ring.len();
         }
         let c = self.c;
-        let breach = counts.calls > 0
-            && counts.calls >= c.min_calls.saturating_mul(windows)
-            && exceeds(counts.slow, counts.calls, 1_000_000_000 - c.quantile_ppb);
+        let dense = counts.calls > 0 && counts.calls >= c.min_calls.saturating_mul(windows);
+        let breach = dense && exceeds(counts.slow, counts.calls, 1_000_000_000 - c.quantile_ppb);
+        let (slow_weight, fast_weight, bound) = sparse_weights(c.quantile_ppb);
+        self.evidence = if dense {
+            0
+        } else {
+            let slow = counts.slow.min(counts.calls);
+            self.evidence
+                .saturating_add(slow.saturating_mul(slow_weight))
+                .saturating_sub((counts.calls - slow).saturating_mul(fast_weight))
+                .min(bound)
+        };
         let breaches = if breach {
             self.breaches.saturating_add(windows.min(255) as u8)
         } else {
@@ -555,6 +586,8 @@ impl Breaker {
         let count_trip = c.failure_count.is_some_and(|(n, span)| self.sum(span).1 >= n);
         let reason = if breaches >= c.trip_windows {
             Some(Reason::LatencyBreach)
+        } else if self.evidence >= bound {
+            Some(Reason::SparseLatency)
         } else if error_trip {
             Some(Reason::ErrorRate)
         } else if count_trip {
@@ -565,6 +598,7 @@ impl Breaker {
         match reason {
             Some(r) => {
                 self.ring.iter_mut().for_each(|e| *e = (0, 0));
+                self.evidence = 0;
                 self.transition(State::Open, self.mode, r, now);
             }
             None => self.breaches = breaches,
