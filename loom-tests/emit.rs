@@ -9,6 +9,7 @@
 //! | shutdown against diversions: `closed` and the `diverting` count, both SeqCst, so no trigger lands in the queue after the drain (`emit/mod.rs`) | `a_diversion_racing_shutdown_is_drained_or_handed_back` |
 //! | the bulkhead's slots: a CAS on the in-flight count, given back on drop (`bulkhead.rs`) | `the_bulkhead_never_admits_more_than_its_bound` |
 //! | one replay at a time: the replay turn (`emit/mod.rs`) | `two_replays_never_run_at_once` |
+//! | a replay's trigger against a shutdown's drain: kept under the queue's lock only if not shut down (`emit/mod.rs`) | `a_replay_racing_shutdown_keeps_nothing_and_loses_nothing` |
 #![cfg(tailguard_loom)]
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -116,5 +117,33 @@ fn two_replays_never_run_at_once() {
                 None | Some(ReplayStop::Busy) | Some(ReplayStop::Empty)
             ));
         }
+    });
+}
+
+/// A blocking replay whose call fails, racing a shutdown: no lock is held
+/// while the call runs, so the shutdown never waits for it; the replay then
+/// keeps its trigger at the head only if the shutdown's drain can still
+/// take it, and hands it back otherwise. Every trigger is drained, handed
+/// back or delivered exactly once, and nothing is kept after the shutdown.
+#[test]
+fn a_replay_racing_shutdown_keeps_nothing_and_loses_nothing() {
+    model(|| {
+        let (b, e) = open_emitter(2);
+        let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        b.reset();
+        let emitter = e.clone();
+        let t = thread::spawn(move || emitter.replay_blocking(1, |_, _| Err::<(), _>(())));
+        let mut drained = 0;
+        e.shutdown(|t, _| {
+            assert_eq!(t, 1);
+            drained += 1;
+        });
+        let r = t.join().unwrap();
+        let handed_back = usize::from(r.handed_back.is_some());
+        // The replay may also have found the queue already drained (Empty).
+        assert_eq!(drained + handed_back, 1, "exactly once: {r:?}");
+        let s = e.stats();
+        assert!(!s.pending && s.queued == 0, "nothing kept after the shutdown: {s:?}");
+        assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
     });
 }

@@ -26,7 +26,8 @@ struct Entry {
 }
 
 /// One bulkhead as a scrape reads it: the label naming the consumers that
-/// share it (their names in order, joined by `+`), calls in flight, bound.
+/// share it (their names in order, joined by `+`, a `+` or `\` within a
+/// name escaped with `\`), calls in flight, bound.
 #[cfg(feature = "prometheus")]
 pub(crate) struct BulkheadRow {
     pub(crate) label: String,
@@ -242,7 +243,14 @@ impl Registry {
         found
             .into_iter()
             .map(|(b, names)| BulkheadRow {
-                label: names.join("+"),
+                // `+` between names, and escaped within one (`\+`, `\\`), so
+                // that no two bulkheads share a label: a consumer belongs to
+                // one bulkhead, and the names say which.
+                label: names
+                    .iter()
+                    .map(|n| n.replace('\\', "\\\\").replace('+', "\\+"))
+                    .collect::<Vec<_>>()
+                    .join("+"),
                 in_flight: b.in_flight(),
                 max_in_flight: b.max_in_flight(),
             })

@@ -142,8 +142,8 @@ pub(crate) const FLIGHT_GEN_MASK: u64 = 0xffff;
 const FLIGHT_TAG_SHIFT: u32 = 34;
 const FLIGHT_TAG_MASK: u64 = (1 << (64 - FLIGHT_TAG_SHIFT)) - 1;
 /// Transitions between two closes past which a close cannot order the
-/// generation tags (half their range, with a margin): it then claims every
-/// call in flight as stale.
+/// generation tags (half their range, with a margin): every tag but its own
+/// is then taken for an earlier generation's.
 pub(crate) const FLIGHT_GEN_HORIZON: u64 = 1 << 14;
 
 fn flight_tag(epoch: u64) -> u64 {
@@ -183,9 +183,13 @@ pub(crate) enum Claim {
     /// earlier generations are stale; the close's own generation's are
     /// left for the next close to judge.
     StaleOnly,
-    /// Too many transitions since the last close to order the generation
-    /// tags: every call in flight is claimed as stale.
-    All,
+    /// As `StaleOnly`, after so many transitions since the last close
+    /// ([`FLIGHT_GEN_HORIZON`] or more) that the tags cannot be ordered:
+    /// every call of another tag than the close's own is claimed as stale
+    /// (a call admitted in a transition racing this very close among them),
+    /// and a call in flight across exactly a multiple of 2^16 transitions
+    /// (with no close between) is taken for one of the close's generation.
+    Unordered,
 }
 
 /// The calls a claim counted.
@@ -316,7 +320,11 @@ impl InFlight {
                 if cur & FLIGHT_CLAIMED != 0 {
                     break;
                 }
-                let stale = how == Claim::All || gen_before(g, gen);
+                let stale = if how == Claim::Unordered {
+                    g != gen
+                } else {
+                    gen_before(g, gen)
+                };
                 let slow = !stale && how == Claim::Judged && g == gen && flight_before(t, target);
                 if !stale && !slow {
                     // A later generation's (admitted after the close read
@@ -846,8 +854,12 @@ mod tests {
         );
         assert!(f.leave(9, 5) && f.leave(3, 6));
         assert!(f.enter(4, 7));
-        let c = f.claim(0, 7, Claim::All);
-        assert_eq!((c.slow, c.stale), (0, 2), "everything in flight, as stale");
+        let c = f.claim(0, 7, Claim::Unordered);
+        assert_eq!(
+            (c.slow, c.stale),
+            (0, 1),
+            "every other generation's, as stale; not 7's own"
+        );
     }
 
     #[test]

@@ -46,20 +46,6 @@ impl<T> Mutex<T> {
         // A poisoned lock under a model means a panic already failed it.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
-
-    #[cfg(not(tailguard_loom))]
-    pub(crate) fn try_lock(&self) -> Option<parking_lot::MutexGuard<'_, T>> {
-        self.inner.try_lock()
-    }
-
-    #[cfg(tailguard_loom)]
-    pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
-        match self.inner.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
 }
 
 /// `UnsafeCell` with loom's access tracking under the model.

@@ -715,10 +715,16 @@ where
             }
         };
         if let Poll::Ready(result) = polled {
-            this.kind.set(Kind::Done);
             let permit = this.permit.take().expect("a called request holds its permit");
             let latency_ns = elapsed_ns(&permit);
             let latency = Duration::from_nanos(latency_ns);
+            // The inner future is dropped now, and its destructor is its
+            // code too: a panic there is a failed call, like one in `poll`.
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
+                this._slot.take();
+                permit.record_latency(latency, false);
+                resume_unwind(panic)
+            }
             if this.timeout_ns.is_some_and(|budget| latency_ns > budget) {
                 // Past the timeout (the timer fired in this same poll, or
                 // the wake-up came late): returned, counted as a timeout.

@@ -1489,3 +1489,33 @@ fn dense_traffic_is_judged_by_the_quantile_rule_alone() {
         assert_eq!(b.state() == State::Open, trips_after.is_some(), "{slow_per_100}% slow");
     }
 }
+
+/// Thousands of transitions with no close between them (more than the
+/// in-flight generation tags can order): a call admitted after the last one
+/// is still not claimed as stale (from a hostile review of issue 15).
+#[test]
+fn a_call_admitted_after_many_transitions_is_not_claimed_stale() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .track_in_flight(true)
+        .build()
+        .unwrap();
+    for _ in 0..8192 {
+        b.force_open();
+        b.reset();
+    }
+    assert_eq!((b.state(), b.snapshot().generation), (State::Closed, 16_384));
+    // Admitted now, in the current generation, after every transition.
+    let p = b.allow().unwrap();
+    clock.advance(Duration::from_secs(1));
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!(w.stale, 0, "a call of the current generation claimed stale: {w:?}");
+    p.record_latency(MS, true);
+    clock.advance(Duration::from_secs(1));
+    b.tick();
+    let s = b.snapshot();
+    assert_eq!(s.totals.calls, 1, "judged as a call of its window: {s:?}");
+}

@@ -660,7 +660,10 @@ fn every_emitter_counter_is_monotonic_while_emits_race() {
     stop.store(true, Ordering::Relaxed);
     assert_eq!(reader.join().unwrap(), 0, "a counter went backwards");
     let s = e.stats();
-    assert!(s.diverted_bulkhead > 0 && s.delivered > 0, "both outcomes raced: {s:?}");
+    assert!(
+        s.diverted() > 0 && s.delivered > 0 && s.drained > 0,
+        "the outcomes raced: {s:?}"
+    );
     assert_conserved(&s, 80_000);
 }
 
@@ -702,4 +705,172 @@ fn triggers_queued_by_hand_are_counted_and_the_identities_hold() {
         other => panic!("{other:?}"),
     }
     assert_conserved(&e.stats(), 1);
+}
+
+// ------------------------------------------------ a hostile review's tests
+// (issue 15: each failed on the code it attacked)
+
+fn plain_breaker() -> Breaker {
+    Breaker::builder().ticker(false).build().unwrap()
+}
+
+/// An emitter with one trigger kept at the head by replay and one queued,
+/// then left alone.
+fn quiet_with_pending() -> Emitter<u64> {
+    let b = plain_breaker();
+    let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .build()
+        .unwrap();
+    b.trip_now();
+    for i in 0..2 {
+        let _ = e.emit_blocking(i, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    }
+    b.reset();
+    let r = e.replay_blocking(10, |_, _| Err::<(), _>(()));
+    assert!(matches!(r.stopped, Some(ReplayStop::Failed(_))), "{r:?}");
+    let s = e.stats();
+    assert!(s.pending && s.queued == 1, "{s:?}");
+    assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
+    e
+}
+
+/// "Once the emitter is quiet" the identities hold for every reader, also
+/// when two read at once (a scrape and a health check).
+#[test]
+fn concurrent_stats_reads_of_a_quiet_emitter_keep_the_identity() {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::time::Instant;
+    let e = quiet_with_pending();
+    let stop = Arc::new(AtomicBool::new(false));
+    let broken = Arc::new(AtomicU64::new(0));
+    let reads = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (e, stop, broken, reads) = (e.clone(), stop.clone(), broken.clone(), reads.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let s = e.stats();
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    if s.into_queue() != s.out_of_queue() || !s.pending {
+                        if broken.fetch_add(1, Ordering::Relaxed) == 0 {
+                            eprintln!(
+                                "quiet emitter read: into_queue {} out_of_queue {} (queued {}, pending {})",
+                                s.into_queue(),
+                                s.out_of_queue(),
+                                s.queued,
+                                s.pending
+                            );
+                        }
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop.store(true, Ordering::Relaxed);
+    readers.into_iter().for_each(|r| r.join().unwrap());
+    assert_eq!(
+        broken.load(Ordering::Relaxed),
+        0,
+        "a quiet emitter's stats broke into_queue() == out_of_queue() (pending read as false) \
+         after {} reads",
+        reads.load(Ordering::Relaxed)
+    );
+}
+
+/// A queue handed to the builder with triggers in it: they count as queued
+/// by hand, and the identities hold from the start.
+#[test]
+fn an_emitter_built_on_a_non_empty_queue_keeps_the_identity() {
+    let q = DeadLetterQueue::with_capacity(8).unwrap();
+    let _ = q.push(1u64, Priority::Routine);
+    let e = Emitter::builder(plain_breaker(), q).build().unwrap();
+    let s = e.stats();
+    assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
+}
+
+/// A call future that completes at once with an error, and panics when it
+/// is dropped (its destructor is the consumer's code too).
+/// Metrics-only never rejects: replay runs too, whatever the shadow state.
+#[test]
+fn a_metrics_only_breaker_never_stops_a_replay() {
+    let b = plain_breaker();
+    let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .build()
+        .unwrap();
+    let _ = e.emit_blocking(1u64, Priority::Routine, |_, _| Err::<(), _>(()));
+    b.metrics_only();
+    b.trip_now();
+    assert_eq!(b.state(), State::Open, "shadow state");
+    assert!(b.allow().is_ok(), "allow passes");
+    assert!(e
+        .emit_blocking(2u64, Priority::Routine, |_, _| Ok::<_, ()>(()))
+        .is_delivered());
+    let r = e.replay_blocking(10, |_, _| Ok::<_, ()>(()));
+    assert_eq!(r.delivered, 1, "metrics-only never rejects, yet replay: {r:?}");
+}
+
+fn backlog_of_three() -> (Breaker, Emitter<u64>) {
+    let b = Breaker::builder().ticker(false).build().unwrap();
+    let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .build()
+        .unwrap();
+    b.trip_now();
+    for i in 0..3 {
+        let _ = e.emit_blocking(i, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    }
+    b.reset();
+    (b, e)
+}
+
+/// Runs `f` on a thread of its own; fails if it has not returned in 5 s.
+fn returns(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+        "{what}: still blocked after 5 s (self-deadlock)"
+    );
+}
+
+/// A consumer that, on a fatal answer during a replay, shuts the emitter
+/// down to save the backlog (shutdown: "returns how many it handed over").
+/// The blocking replay holds the replay lock through its calls; the
+/// shutdown on the same thread waits for it forever.
+/// No lock is held while user code runs: `shutdown` from inside a blocking
+/// replay's call returns (the replay then hands its trigger back), and a
+/// replay from inside a `drain` sink returns at once.
+#[test]
+fn shutdown_from_inside_a_blocking_replay_call_returns() {
+    let (_b, e) = backlog_of_three();
+    returns("shutdown inside replay_blocking's call", move || {
+        let e2 = e.clone();
+        let _ = e.replay_blocking(10, move |_, _| {
+            let saved = e2.shutdown(|_, _| {});
+            assert_eq!(saved, 2);
+            Err::<(), _>(())
+        });
+    });
+}
+
+/// `replay_blocking`: "One replay runs at a time per emitter; another one
+/// meanwhile returns at once with ReplayStop::Busy" (or NotClosed). Called
+/// from a `drain` sink (move one trigger elsewhere, then replay the rest),
+/// it takes the replay turn and blocks on the lock the drain holds.
+#[test]
+fn replay_from_inside_a_drain_sink_returns() {
+    let (_b, e) = backlog_of_three();
+    returns("replay_blocking inside drain's sink", move || {
+        let e2 = e.clone();
+        e.drain(1, move |_, _| {
+            let _ = e2.replay_blocking(10, |_, _| Ok::<_, ()>(()));
+        });
+    });
 }

@@ -604,3 +604,44 @@ async fn an_async_emit_reads_the_breaker_clock_twice_even_when_it_arms_a_timer()
         assert_eq!(reads, 2, "pending first: {pending_first}");
     }
 }
+
+/// "If `call` or its future panics, the trigger is queued first": also a
+/// future that panics in its destructor, when the emitter drops it at its
+/// completion (from a hostile review of issue 15).
+struct PanicOnDrop;
+impl std::future::Future for PanicOnDrop {
+    type Output = Result<(), &'static str>;
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::task::Poll::Ready(Err("consumer said no"))
+    }
+}
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a consumer bug in a destructor (expected by this test)");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_future_panicking_in_its_drop_queues_its_trigger() {
+    let b = Breaker::builder()
+        .clock(ClockSource::tokio())
+        .ticker(false)
+        .build()
+        .unwrap();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .build()
+        .unwrap();
+    let e2 = e.clone();
+    let out = tokio::spawn(async move {
+        let _ = e2.emit(7, Priority::Critical, |_| PanicOnDrop).await;
+    })
+    .await;
+    assert!(out.unwrap_err().is_panic(), "the panic goes on to the caller");
+    let s = e.stats();
+    assert!(
+        s.queued == 1 && s.diverted_failed == 1 || s.dropped_in_panics == 1,
+        "trigger 7 was neither queued nor counted as dropped in a panic: {s:?}"
+    );
+}

@@ -769,3 +769,36 @@ fn every_exported_counter_is_monotonic_while_everything_races() {
         "everything raced: {s:?}"
     );
 }
+
+/// The `bulkhead` label tells bulkheads apart whatever the consumers are
+/// named: `a` and `b` sharing one, and a consumer named `a+b` with its own
+/// (from a hostile review of issue 15).
+#[test]
+fn distinct_bulkheads_get_distinct_label_sets() {
+    use tailguard::emit::Emitter;
+    use tailguard::Bulkhead;
+    let r = Registry::new();
+    let shared = Bulkhead::new(4).unwrap();
+    for name in ["a", "b", "a+b"] {
+        let b = r.get_or_create(name, || Breaker::builder().ticker(false)).unwrap();
+        let builder = Emitter::<u8>::builder(b, DeadLetterQueue::with_capacity(8).unwrap());
+        let builder = if name == "a+b" {
+            builder.bulkhead(2).unwrap()
+        } else {
+            builder.shared_bulkhead(shared.clone())
+        };
+        assert!(r.attach_emitter(name, &builder.build().unwrap()));
+    }
+    let text = tailguard::prometheus::encode_text(&r);
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("breaker_bulkhead_max_in_flight{"))
+        .collect();
+    assert_eq!(series.len(), 2, "two bulkheads: {series:?}");
+    let labels: std::collections::BTreeSet<&str> = series.iter().map(|l| l.rsplit_once(' ').unwrap().0).collect();
+    assert_eq!(
+        labels.len(),
+        2,
+        "each bulkhead under a label set of its own: {series:?}"
+    );
+}

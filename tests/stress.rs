@@ -172,3 +172,60 @@ fn many_threads_one_breaker_the_ticker_and_a_flapping_consumer() {
         "a trigger lost from the queue"
     );
 }
+
+/// Transitions (an override and a reset) and window closes on one thread,
+/// admissions with in-flight tracking on another, for a few seconds: every
+/// admitted call is counted exactly once, as a call, as stale or as
+/// cancelled (from a hostile review of issue 15: a call that entered its
+/// slot, found the generation moved and left it again was counted twice
+/// when a close had claimed the slot in between).
+#[test]
+fn every_tracked_call_is_counted_exactly_once_under_racing_transitions() {
+    let clock = tailguard::clock::ManualClock::new();
+    let b = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .track_in_flight(true)
+        .shards(1)
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicU64::new(0));
+    let caller = {
+        let (b, stop, granted) = (b.clone(), stop.clone(), granted.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(p) = b.allow() {
+                    granted.fetch_add(1, Ordering::Relaxed);
+                    p.record_latency(MS, true);
+                }
+            }
+        })
+    };
+    let t0 = std::time::Instant::now();
+    let mut rounds = 0u64;
+    let secs: f64 = std::env::var("STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    while t0.elapsed() < Duration::from_secs_f64(secs) {
+        b.force_open();
+        b.reset();
+        clock.advance(Duration::from_millis(300));
+        b.tick();
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    caller.join().unwrap();
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(1));
+        b.tick();
+    }
+    let s = b.snapshot();
+    assert_eq!(
+        s.totals.calls + s.totals.stale + s.totals.cancelled,
+        granted.load(Ordering::Relaxed),
+        "after {rounds} rounds: {:?}",
+        s.totals
+    );
+}

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tailguard::clock::ClockSource;
+use tailguard::clock::{ClockSource, ManualClock};
 use tailguard::tower::{BreakerError, BreakerLayer, ErrorsOnly};
 use tailguard::{Breaker, Bulkhead, RejectReason, State};
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -621,4 +621,158 @@ async fn an_inner_poll_ready_error_says_the_service_was_not_called() {
     let err = svc.ready().await.unwrap_err();
     assert!(!err.called(), "{err:?}");
     assert_eq!(close(&b).await.window.errors, 0, "not a call: nothing for the breaker");
+}
+
+// ------------------------------------------------ a hostile review's tests
+// (issue 15: each failed on the code it attacked)
+
+/// An OPEN breaker whose clock stepped back (60 s, a year) still refuses:
+/// `allow` says so, and `poll_ready` must too, rather than park on the
+/// inner service with nothing to wake it.
+#[derive(Clone)]
+struct NeverReady;
+impl Service<()> for NeverReady {
+    type Response = ();
+    type Error = ();
+    type Future = std::future::Ready<Result<(), ()>>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        Poll::Pending
+    }
+    fn call(&mut self, (): ()) -> Self::Future {
+        unreachable!("never ready")
+    }
+}
+
+/// Module docs: "if the breaker is OPEN with its backoff running, or forced
+/// open, it is ready at once and the next `call` fails with that rejection,
+/// however long the inner service would take to be ready". After the clock
+/// steps back (an NTP step of a minute, or a year), the breaker is OPEN,
+/// its backoff running, `allow` rejects it as Open, yet `poll_ready` parks
+/// on the inner service, and no transition will ever wake it.
+#[test]
+fn an_open_breaker_after_a_clock_step_back_still_fails_fast_in_poll_ready() {
+    for step in [Duration::from_secs(60), Duration::from_secs(365 * 24 * 3600)] {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_secs(2 * 365 * 24 * 3600));
+        let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+        let probe = b.clone(); // to ask allow() afterwards
+        let mut svc = BreakerLayer::new(b.clone()).classify(ErrorsOnly).layer(NeverReady);
+        b.trip_now();
+        assert_eq!(b.state(), State::Open);
+        clock.rewind(step);
+        let mut cx = Context::from_waker(Waker::noop());
+        let ready = svc.poll_ready(&mut cx);
+        // What allow() says at this very moment: rejected, OPEN, backoff running.
+        let verdict = probe.allow().map(|p| p.abandon());
+        assert!(
+            matches!(&verdict, Err(r) if r.reason() == RejectReason::Open),
+            "step {step:?}: allow() rejects: {verdict:?}"
+        );
+        assert!(
+            matches!(ready, Poll::Ready(Ok(()))),
+            "step {step:?}: OPEN with its backoff running, but poll_ready returned {ready:?} \
+             (parked on the inner service, never to be woken)"
+        );
+    }
+}
+
+/// A response future that completes at once with a 200 and panics when it
+/// is dropped.
+struct PanicOnDrop;
+impl std::future::Future for PanicOnDrop {
+    type Output = Result<http::Response<()>, ()>;
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(Ok(http::Response::new(())))
+    }
+}
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a service bug in a destructor (expected by this test)");
+        }
+    }
+}
+
+/// Module docs: "if it [the classifier] panics, the call counts as failed
+/// and the panic goes on to the caller. So does a panic of the inner
+/// service's `call` or of its future." A future whose destructor panics
+/// (the layer drops it as soon as it is ready) is counted as cancelled,
+/// neither failed nor a call.
+/// "So does a panic of the inner service's `call` or of its future": also
+/// one that panics in its destructor, when the layer drops it at its
+/// completion.
+#[test]
+fn an_inner_future_panicking_in_its_drop_counts_as_failed() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    let mut svc = BreakerLayer::new(b.clone()).layer(tower::service_fn(|()| PanicOnDrop));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    let mut fut = Box::pin(svc.call(()));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)));
+    assert!(out.is_err(), "the panic goes on to the caller");
+    drop(fut);
+    clock.advance(Duration::from_secs(1));
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!(
+        (w.calls, w.errors, w.cancelled),
+        (1, 1, 0),
+        "a panic of the inner future counts as a failed call: {w:?}"
+    );
+}
+
+/// A hundred services parked behind a full limit, a third of them dropped
+/// while parked, the rest cloned after getting ready: one trip wakes and
+/// refuses every one still waiting, three rounds over (the watch's slots
+/// reused).
+#[tokio::test(start_paused = true)]
+async fn many_parked_some_dropped_some_cloned_all_woken_by_one_trip() {
+    let b = Breaker::builder()
+        .clock(ClockSource::tokio())
+        .ticker(false)
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let svc =
+        BreakerLayer::new(b.clone())
+            .classify(ErrorsOnly)
+            .layer(tower::limit::ConcurrencyLimitLayer::new(1).layer(service_fn(move |()| {
+                c.fetch_add(1, Ordering::Relaxed);
+                pending::<Result<(), std::io::Error>>()
+            })));
+    for round in 0..3 {
+        b.reset();
+        let mut first = svc.clone();
+        let hung = first.ready().await.unwrap().call(());
+        let mut waiting = Vec::new();
+        let mut doomed = Vec::new();
+        for i in 0..100 {
+            let mut s = svc.clone();
+            let t = tokio::spawn(async move {
+                let mut s2 = s.clone();
+                s.ready().await?;
+                // cloned after being ready: the clone parks on its own
+                s2.ready().await?.call(()).await
+            });
+            if i % 3 == 0 {
+                doomed.push(t);
+            } else {
+                waiting.push(t);
+            }
+        }
+        tokio::time::sleep(MS).await;
+        for t in &doomed {
+            t.abort(); // dropped while parked
+        }
+        tokio::time::sleep(MS).await;
+        b.trip_now();
+        for t in waiting {
+            let out = tokio::time::timeout(MS, t).await.expect("woken at once").unwrap();
+            assert!(matches!(out, Err(BreakerError::Rejected(_))), "round {round}: {out:?}");
+        }
+        drop(hung);
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
 }

@@ -125,6 +125,30 @@ impl Inner {
         }
     }
 
+    /// OPEN, without a verdict (for a caller that must answer before it
+    /// asks for a permit): the rejection `admit_open` would give at the
+    /// reading `raw`, or `None` if the backoff is over (or `word` is stale)
+    /// and `allow` must decide. Changes nothing: a clock seen stepped back
+    /// is read as `admit_open` would read it after correcting the time
+    /// (from the trip), without the correction.
+    #[cfg(any(feature = "tower", tailguard_loom))]
+    pub(super) fn open_refusal(&self, word: Word, raw: u64) -> Option<Rejected> {
+        if self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation()) {
+            // Being published (refused, as `admit_open` does), or over.
+            return (self.state.load() == word)
+                .then(|| Rejected::new(RejectReason::Open, self.config.backoff_ns(word.level())));
+        }
+        let deadline = self.deadline.load(Ordering::Acquire);
+        let signed = self.signed_now(raw);
+        let now = if i128::from(signed) < i128::from(deadline) - i128::from(self.config.max_ns) {
+            self.opened_at.load(Ordering::Acquire)
+        } else {
+            signed.max(0) as u64
+        };
+        let now = now.max(self.floor.load(Ordering::Acquire));
+        (now < deadline).then(|| Rejected::new(RejectReason::Open, deadline - now))
+    }
+
     /// OPEN: reject until the deadline; the first caller past it moves the
     /// breaker to HALF_OPEN and is its first probe.
     pub(super) fn admit_open(&self, word: Word, raw: u64) -> Admit<'_> {

@@ -31,11 +31,13 @@ pub(super) fn epoch_ns(window_ns: u64, threshold_ns: u64) -> u64 {
 impl Inner {
     /// Enters a call admitted under `word`, starting at `start_raw`, into
     /// its thread's shard's in-flight slots, tagged with `word`'s
-    /// generation: returns `(epoch + 1) << 10 | shard`, or 0 if the call is
-    /// not tracked (see the shard module). A call that finds the generation
-    /// moved on once it is in leaves again at once, untracked: it is stale
-    /// whatever happens (its verdict says so), and a slot of its old
-    /// generation would keep the current one's calls out of it.
+    /// generation: returns `(epoch + 1) << 10 | shard`, 0 if the call is not
+    /// tracked (see the shard module), or [`CLAIMED`] if a close counted it
+    /// already. A call that finds the generation moved on once it is in
+    /// leaves again at once, untracked: it is stale whatever happens (its
+    /// verdict says so), and a slot of its old generation would keep the
+    /// current one's calls out of it. If a close claimed it in that instant
+    /// (as stale, or as slow), the close counted it: its verdict must not.
     #[inline]
     pub(super) fn enter_flight(&self, start_raw: u64, word: Word) -> u64 {
         let epoch = self.now_floored(start_raw) / self.epoch_ns;
@@ -44,8 +46,7 @@ impl Inner {
         match self.shards.shared()[index].in_flight() {
             Some(slots) if slots.enter(epoch, gen) => {
                 if self.state.load().generation() != word.generation() {
-                    let _ = slots.leave(epoch, gen);
-                    return 0;
+                    return if slots.leave(epoch, gen) { 0 } else { CLAIMED };
                 }
                 (epoch + 1) << 10 | index as u64
             }
@@ -58,6 +59,9 @@ impl Inner {
     /// slow or stale).
     #[inline]
     pub(super) fn leave_flight(&self, aux: u64, word: Word) -> bool {
+        if aux == CLAIMED {
+            return false;
+        }
         let index = (aux & 0x3ff) as usize;
         match self.shards.shared()[index].in_flight() {
             Some(slots) => slots.leave((aux >> 10) - 1, gen_tag(word)),
@@ -90,6 +94,10 @@ impl Inner {
         claimed
     }
 }
+
+/// A permit's in-flight word for a call that a close counted before the
+/// permit was handed out (no epoch + 1 reaches it: 2^54 epochs).
+pub(super) const CLAIMED: u64 = u64::MAX;
 
 /// The in-flight generation tag of a state word.
 #[inline(always)]

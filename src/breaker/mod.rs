@@ -441,16 +441,34 @@ impl Breaker {
             .set_mode(State::Closed, Mode::MetricsOnly, Reason::MetricsOnly);
     }
 
-    /// Back to normal operation: CLOSED, no override, backoff level 0, no
-    /// breach windows counted. On a breaker already CLOSED with no override
-    /// it is not a transition (no event, no new generation: the window in
-    /// progress is judged as usual); it only clears the breach count.
+    /// Back to normal operation, losing the statistics (as resilience4j's,
+    /// failsafe-rs's and Polly's resets do): CLOSED, no override, backoff
+    /// level 0, no breach windows counted, the rolling error and failure
+    /// spans and the sparse-traffic evidence cleared, and what the window
+    /// in progress counted so far dropped from judgement (it stays in the
+    /// totals). On a breaker already CLOSED with no override it is not a
+    /// transition (no event, no new generation). Calls still in flight
+    /// when it runs are judged when they return (or claimed in flight, with
+    /// `track_in_flight`), as calls of the windows after it.
     ///
     /// ```
-    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, Breaker, State};
+    ///
+    /// let clock = ManualClock::new();
+    /// let b = Breaker::builder().clock(clock.clone()).trip_windows(1).build()?;
     /// b.force_open();
     /// b.reset();
     /// assert!(b.allow().is_ok());
+    /// // A breaching window in progress, then a reset: not judged.
+    /// for _ in 0..100 {
+    ///     b.allow()?.record_latency(Duration::from_millis(900), true);
+    /// }
+    /// b.reset();
+    /// clock.advance(Duration::from_secs(1));
+    /// b.tick();
+    /// assert_eq!((b.state(), b.snapshot().window.calls), (State::Closed, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reset(&self) {
         self.inner.reset();
@@ -567,7 +585,7 @@ impl Breaker {
         let word = self.inner.state.load();
         match word.0 & FAST_PATH_MASK {
             0 => None,
-            OPEN_NORMAL => self.inner.reject_open_fast(word, self.inner.clock.raw()),
+            OPEN_NORMAL => self.inner.open_refusal(word, self.inner.clock.raw()),
             _ if word.mode() == Mode::ForcedOpen => Some(Rejected::new(RejectReason::ForcedOpen, u64::MAX)),
             _ => None,
         }

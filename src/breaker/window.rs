@@ -153,7 +153,7 @@ impl Inner {
             let how = match transitions {
                 0 => Claim::Judged,
                 n if n < FLIGHT_GEN_HORIZON => Claim::StaleOnly,
-                _ => Claim::All,
+                _ => Claim::Unordered,
             };
             let claimed = self.claim_in_flight(after, how);
             counts.stale += claimed.stale;

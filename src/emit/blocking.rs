@@ -2,7 +2,7 @@
 //! its deadline; a call that returns after it counts as timed out.
 
 use super::metrics::Count;
-use super::{Deadline, Divert, Emitted, Emitter, Inner, Pending, ReplayStop, Replayed};
+use super::{Deadline, Divert, Emitted, Emitter, Held, Inner, Pending, ReplayStop, Replayed};
 use crate::bulkhead::BulkheadPermit;
 use crate::dlq::Priority;
 use crate::dlq::Pushed;
@@ -258,20 +258,20 @@ impl<T> Emitter<T> {
             stopped: None,
             handed_back: None,
         };
-        // Held through the calls: a shutdown meanwhile waits for this
-        // replay, then drains the trigger it may keep at the head.
-        let mut state = inner.replay.lock();
         let clock = inner.breaker.clock();
         while out.delivered < max {
-            let Some(mut p) = state.next() else {
+            // Taken out under a brief lock; no lock is held while `call`
+            // runs (it may shut the emitter down, drain it, queue by hand).
+            let Some(p) = inner.take_next() else {
                 out.stopped = Some(ReplayStop::Empty);
                 break;
             };
+            let mut held = Held { inner, item: Some(p) };
             let start = clock.raw();
             let (permit, slot) = match inner.admit(start) {
                 Ok(admitted) => admitted,
                 Err(not) => {
-                    state.pending = Some(p);
+                    out.handed_back = held.refused();
                     out.stopped = Some(ReplayStop::Failed(not.reason()));
                     break;
                 }
@@ -281,14 +281,13 @@ impl<T> Emitter<T> {
                 start,
                 budget: inner.timeout,
             };
-            let result = match catch_unwind(AssertUnwindSafe(|| call(&p.trigger, &deadline))) {
+            let trigger = &held.item.as_ref().expect("held until settled").trigger;
+            let result = match catch_unwind(AssertUnwindSafe(|| call(trigger, &deadline))) {
                 Ok(result) => result,
                 Err(panic) => {
                     drop(slot);
                     permit.record(false);
-                    p.attempts = p.attempts.saturating_add(1);
-                    state.pending = Some(p);
-                    drop(state);
+                    held.panicked();
                     resume_unwind(panic);
                 }
             };
@@ -297,20 +296,14 @@ impl<T> Emitter<T> {
             let timed_out = inner.record_call(permit, result.is_ok(), elapsed);
             let reason = match result {
                 Ok(_) => {
-                    inner.metrics.count(Count::Replayed);
+                    held.delivered();
                     out.delivered += 1;
                     continue;
                 }
                 Err(_) if timed_out => Divert::TimedOut(Duration::from_nanos(elapsed)),
                 Err(e) => Divert::Failed(e),
             };
-            p.attempts = p.attempts.saturating_add(1);
-            if p.attempts >= inner.replay_attempts {
-                inner.metrics.count(Count::ReplayHandedBack);
-                out.handed_back = Some((p.trigger, p.class));
-            } else {
-                state.pending = Some(p);
-            }
+            out.handed_back = held.failed();
             out.stopped = Some(ReplayStop::Failed(reason));
             break;
         }

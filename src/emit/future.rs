@@ -2,7 +2,7 @@
 //! the deadline; one read of tokio's clock starts an emit.
 
 use super::metrics::{Count, Metrics};
-use super::{Divert, Emitted, Emitter, Inner, Pending, ReplayStop, Replayed};
+use super::{Divert, Emitted, Emitter, Held, ReplayStop, Replayed};
 use crate::breaker::Breaker;
 use crate::clock::ClockSource;
 use crate::dlq::Priority;
@@ -17,10 +17,13 @@ use tokio::time::{Instant, Sleep};
 pin_project_lite::pin_project! {
     /// Polls the call first; only a call that is not ready at once gets a
     /// timer (so a call that completes on its first poll pays none, and no
-    /// read of tokio's clock either unless the breaker runs on it).
+    /// read of tokio's clock either unless the breaker runs on it). The
+    /// call's future is dropped as soon as it is done (completed, timed out
+    /// or panicked), inside the same catch as its polls: its destructor is
+    /// the consumer's code too.
     struct Timed<F> {
         #[pin]
-        call: F,
+        call: Option<F>,
         deadline: When,
         #[pin]
         sleep: Option<Sleep>,
@@ -78,10 +81,14 @@ impl<F: Future> Future for Timed<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        match catch_unwind(AssertUnwindSafe(|| this.call.as_mut().poll(cx))) {
-            Ok(Poll::Ready(r)) => return Poll::Ready(Outcome::Done(r)),
+        let polled = {
+            let call = this.call.as_mut().as_pin_mut().expect("polled after completion");
+            catch_unwind(AssertUnwindSafe(|| call.poll(cx)))
+        };
+        match polled {
+            Ok(Poll::Ready(r)) => return end(this.call, Outcome::Done(r)),
             Ok(Poll::Pending) => {}
-            Err(panic) => return Poll::Ready(Outcome::Panicked(panic)),
+            Err(panic) => return end(this.call, Outcome::Panicked(panic)),
         }
         if this.sleep.is_none() {
             let Some(deadline) = this.deadline.instant() else {
@@ -90,9 +97,26 @@ impl<F: Future> Future for Timed<F> {
             this.sleep.set(Some(tokio::time::sleep_until(deadline)));
         }
         match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
-            Some(Poll::Ready(())) => Poll::Ready(Outcome::TimedOut),
+            Some(Poll::Ready(())) => end(this.call, Outcome::TimedOut),
             _ => Poll::Pending,
         }
+    }
+}
+
+/// Drops the call's future inside a catch, then answers `outcome`, or the
+/// panic of that drop (a panic while polling wins over one in the drop,
+/// whose payload is dropped).
+fn end<F: Future>(call: Pin<&mut Option<F>>, outcome: Outcome<F::Output>) -> Poll<Outcome<F::Output>> {
+    let mut call = call;
+    match catch_unwind(AssertUnwindSafe(|| call.set(None))) {
+        Ok(()) => Poll::Ready(outcome),
+        Err(panic) => match outcome {
+            Outcome::Panicked(first) => {
+                crate::events::swallow(panic);
+                Poll::Ready(Outcome::Panicked(first))
+            }
+            _ => Poll::Ready(Outcome::Panicked(panic)),
+        },
     }
 }
 
@@ -204,7 +228,7 @@ impl<T> Emitter<T> {
                         }
                     };
                     let outcome = Timed {
-                        call,
+                        call: Some(call),
                         deadline,
                         sleep: None,
                     }
@@ -281,7 +305,7 @@ impl<T> Emitter<T> {
         };
         let clock = inner.breaker.clock();
         while out.delivered < max {
-            let Some(p) = inner.replay.lock().next() else {
+            let Some(p) = inner.take_next() else {
                 out.stopped = Some(ReplayStop::Empty);
                 break;
             };
@@ -290,27 +314,16 @@ impl<T> Emitter<T> {
             let (permit, slot) = match inner.admit(start) {
                 Ok(admitted) => admitted,
                 Err(not) => {
-                    if inner.closed.load(crate::sync::Ordering::Acquire) {
-                        // Shut down since it was taken: nothing is kept.
-                        let p = held.item.take().expect("held until settled");
-                        inner.metrics.count(Count::ReplayHandedBack);
-                        out.handed_back = Some((p.trigger, p.class));
-                    } else {
-                        drop(held); // back at the head
-                    }
+                    out.handed_back = held.refused();
                     out.stopped = Some(ReplayStop::Failed(not.reason()));
                     break;
                 }
             };
             let trigger = &held.item.as_ref().expect("held until settled").trigger;
-            let panicked = |held: Held<'_, T>, slot, permit: crate::Permit<'_>, panic| -> ! {
+            let panicked = |mut held: Held<'_, T>, slot, permit: crate::Permit<'_>, panic| -> ! {
                 drop(slot);
                 permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, clock.raw())), false);
-                let mut held = held;
-                if let Some(p) = held.item.as_mut() {
-                    p.attempts = p.attempts.saturating_add(1); // kept, one attempt used
-                }
-                drop(held);
+                held.panicked();
                 resume_unwind(panic)
             };
             let call = match catch_unwind(AssertUnwindSafe(|| call(trigger))) {
@@ -318,7 +331,7 @@ impl<T> Emitter<T> {
                 Err(panic) => panicked(held, slot, permit, panic),
             };
             let outcome = Timed {
-                call,
+                call: Some(call),
                 deadline,
                 sleep: None,
             }
@@ -330,8 +343,7 @@ impl<T> Emitter<T> {
                 Outcome::Done(Ok(_)) => {
                     drop(slot);
                     inner.record_call(permit, true, elapsed_ns); // late: delivered, counted timed out
-                    held.item = None;
-                    inner.metrics.count(Count::Replayed);
+                    held.delivered();
                     out.delivered += 1;
                     continue;
                 }
@@ -349,35 +361,11 @@ impl<T> Emitter<T> {
                     Divert::TimedOut(elapsed)
                 }
             };
-            let mut p = held.item.take().expect("held until settled");
-            p.attempts = p.attempts.saturating_add(1);
-            if p.attempts >= inner.replay_attempts || inner.closed.load(crate::sync::Ordering::Acquire) {
-                inner.metrics.count(Count::ReplayHandedBack);
-                out.handed_back = Some((p.trigger, p.class));
-            } else {
-                inner.replay.lock().pending = Some(p);
-            }
+            out.handed_back = held.failed();
             out.stopped = Some(ReplayStop::Failed(reason));
             break;
         }
         out
-    }
-}
-
-/// A trigger replay took out of the queue and has not settled: put back at
-/// the head if the replay is dropped (or stops) while it is held.
-struct Held<'a, T> {
-    inner: &'a Inner<T>,
-    item: Option<Pending<T>>,
-}
-
-impl<T> Drop for Held<'_, T> {
-    fn drop(&mut self) {
-        if let Some(p) = self.item.take() {
-            let mut state = self.inner.replay.lock();
-            debug_assert!(state.pending.is_none(), "one replay at a time");
-            state.pending = Some(p);
-        }
     }
 }
 

@@ -88,6 +88,11 @@ impl Metrics {
         shard.time_sum.fetch_add(ns, Ordering::Relaxed);
     }
 
+    /// Adds `n` to a counter (cold: the emitter's build).
+    pub(crate) fn add(&self, what: Count, n: u64) {
+        self.mine().counts[what as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
     #[inline]
     pub(crate) fn count(&self, what: Count) {
         self.mine().counts[what as usize].fetch_add(1, Ordering::Relaxed);

@@ -135,7 +135,8 @@ struct Inner<T> {
     replay_attempts: u32,
     producer: Producer<T>,
     /// The queue's consumer side, and the trigger replay keeps at the head;
-    /// taken by replay and shutdown only (cold paths).
+    /// taken by replay, drain and shutdown only (cold paths), each time
+    /// briefly: never while a call or a sink runs.
     replay: Mutex<ReplayState<T>>,
     /// Set by shutdown: nothing is queued any more.
     closed: AtomicBool,
@@ -144,6 +145,10 @@ struct Inner<T> {
     replaying: AtomicBool,
     /// Tasks waiting for the replay turn (`shutdown_async`).
     turn_waiters: Mutex<Vec<Waker>>,
+    /// Whether replay keeps a trigger at the head (`ReplayState::pending`),
+    /// for readers that take no lock ([`Emitter::stats`]); written with it,
+    /// under the lock.
+    has_pending: AtomicBool,
     /// Diversions between their check of `closed` and the end of their push:
     /// shutdown waits for them before it drains, so none lands after it.
     diverting: CachePadded<AtomicUsize>,
@@ -347,8 +352,10 @@ pub enum ReplayStop<E> {
     /// The queue is empty.
     Empty,
     /// The breaker is not CLOSED (or is forced open); nothing was tried.
+    /// (Under metrics-only, which never rejects, and under forced closed
+    /// or disabled, replay runs whatever the state.)
     NotClosed,
-    /// Another replay (or a shutdown) is running on this emitter.
+    /// Another replay (or a `shutdown_async`) is running on this emitter.
     Busy,
     /// A replayed trigger was not delivered.
     Failed(Divert<E>),
@@ -510,8 +517,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl<T> Emitter<T> {
     /// A builder for the emitter of the consumer behind `breaker`, diverting
-    /// into `queue` (its only consumer from then on: replay and shutdown
-    /// pop it).
+    /// into `queue` (its only consumer from then on: replay, drain and
+    /// shutdown pop it). Triggers already in `queue` count as queued by
+    /// hand ([`EmitterStats::queued_by_hand`]). Anything pushed later
+    /// through a [`Producer`] of that queue kept from before bypasses the
+    /// emitter's counts: queue by hand with [`Emitter::enqueue`].
     ///
     /// ```
     /// # use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
@@ -636,6 +646,10 @@ impl<T> EmitterBuilder<T> {
     /// ```
     pub fn build(self) -> Result<Emitter<T>, ConfigError> {
         let shards = self.breaker.shard_count();
+        let metrics = Metrics::new(shards);
+        // Triggers already in the queue came in by hand, before the emitter:
+        // counted so, and the identities hold from the start.
+        metrics.add(Count::QueuedByHand, self.queue.len() as u64);
         Ok(Emitter {
             inner: Arc::new(Inner {
                 timeout_ns: crate::clock::duration_nanos_saturating(self.timeout),
@@ -650,8 +664,9 @@ impl<T> EmitterBuilder<T> {
                 closed: AtomicBool::new(false),
                 replaying: AtomicBool::new(false),
                 turn_waiters: Mutex::new(Vec::new()),
+                has_pending: AtomicBool::new(false),
                 diverting: CachePadded::new(AtomicUsize::new(0)),
-                metrics: Metrics::new(shards),
+                metrics,
                 breaker: self.breaker,
             }),
         })
@@ -778,7 +793,7 @@ impl<T> Emitter<T> {
     pub fn stats(&self) -> EmitterStats {
         let inner = &*self.inner;
         let r = inner.metrics.read();
-        let pending = inner.replay.try_lock().is_some_and(|state| state.pending.is_some());
+        let pending = inner.has_pending.load(Ordering::Acquire);
         EmitterStats {
             delivered: r.delivered,
             overran: r.overran,
@@ -810,20 +825,20 @@ impl<T> Emitter<T> {
     /// ([`HandBack::ShutDown`]) instead of queued.
     ///
     /// Waits for diversions already past their check to finish their push
-    /// (a few instructions each), and for a running blocking replay to
-    /// finish (it holds the queue through its calls), so that nothing lands
-    /// in the queue after the drain.
+    /// (a few instructions each), so that no emit lands in the queue after
+    /// the drain. The sink runs with no lock held (it may use this emitter).
     ///
-    /// It does not wait for an async [`replay`](Self::replay): that replay
-    /// may be suspended on this very thread, and blocking here would never
-    /// let it finish. From the shutdown on, such a replay queues nothing: it
-    /// ends after the call in flight, whose trigger is delivered or handed
-    /// back in its [`Replayed::handed_back`] (a failure, a timeout, a
-    /// refusal by the breaker or the bulkhead alike). Only if that replay is
-    /// dropped mid-call, or its call panics, is its trigger kept at the head
-    /// again ([`EmitterStats::pending`]), for the next `drain` or
-    /// `shutdown`. [`shutdown_async`](Self::shutdown_async) waits for any
-    /// replay, and so leaves nothing behind.
+    /// It does not wait for a running replay, blocking or async: that
+    /// replay may be running on this very thread (`shutdown` called from
+    /// its call), or suspended on it, and waiting would never let it
+    /// finish. From the shutdown on, a replay queues nothing: it ends after
+    /// the call in flight, whose trigger is delivered or handed back in its
+    /// [`Replayed::handed_back`] (a failure, a timeout, a refusal by the
+    /// breaker or the bulkhead alike). Only if that replay is dropped
+    /// mid-call, or its call panics, is its trigger kept at the head again
+    /// ([`EmitterStats::pending`]), for the next `drain` or `shutdown`.
+    /// [`shutdown_async`](Self::shutdown_async) waits for any replay, and
+    /// so leaves nothing behind.
     ///
     /// ```
     /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitted, Emitter, HandBack}};
@@ -847,7 +862,7 @@ impl<T> Emitter<T> {
         // `closed` and hands its trigger back, or we see it here and wait
         // (Acquire, against its Release decrement) until its push landed.
         inner.close();
-        inner.drain_locked(&mut inner.replay.lock(), usize::MAX, &mut sink)
+        inner.drain_each(usize::MAX, &mut sink)
     }
 
     /// As [`shutdown`](Self::shutdown), and first waits (without blocking
@@ -875,14 +890,16 @@ impl<T> Emitter<T> {
         let inner = &*self.inner;
         inner.close();
         let _turn = TakeTurn { inner }.await;
-        inner.drain_locked(&mut inner.replay.lock(), usize::MAX, &mut sink)
+        inner.drain_each(usize::MAX, &mut sink)
     }
 
     /// Hands up to `max` queued triggers to `sink` (the one replay keeps at
     /// the head first, then the queue in [`pop`](DeadLetterQueue::pop)
     /// order) without shutting down: to move a backlog elsewhere (a
     /// persistent store, another region) instead of replaying it. Returns
-    /// how many it handed over. Waits for a running blocking replay.
+    /// how many it handed over. The sink runs with no lock held; a replay
+    /// running meanwhile takes its triggers from the same head, so each
+    /// goes one way only.
     ///
     /// ```
     /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
@@ -899,7 +916,7 @@ impl<T> Emitter<T> {
     /// ```
     pub fn drain(&self, max: usize, mut sink: impl FnMut(T, Priority)) -> usize {
         let inner = &*self.inner;
-        inner.drain_locked(&mut inner.replay.lock(), max, &mut sink)
+        inner.drain_each(max, &mut sink)
     }
 
     /// Bytes of heap this emitter holds besides its breaker and queue (its
@@ -995,11 +1012,31 @@ impl<T> Inner<T> {
             })
     }
 
-    /// Hands up to `max` triggers, head first, to `sink`.
-    fn drain_locked(&self, state: &mut ReplayState<T>, max: usize, sink: &mut impl FnMut(T, Priority)) -> usize {
+    /// The trigger at the head (the one a replay keeps there first), taken
+    /// out under a brief lock.
+    fn take_next(&self) -> Option<Pending<T>> {
+        let mut state = self.replay.lock();
+        let p = state.next();
+        self.has_pending.store(false, Ordering::Release);
+        p
+    }
+
+    /// Puts `p` back at the head (before the queue's next): a replay's
+    /// trigger that was not delivered.
+    fn keep_at_head(&self, p: Pending<T>) {
+        let mut state = self.replay.lock();
+        debug_assert!(state.pending.is_none(), "one replay at a time");
+        state.pending = Some(p);
+        self.has_pending.store(true, Ordering::Release);
+    }
+
+    /// Hands up to `max` triggers, head first, to `sink`: each taken out
+    /// under a brief lock, and handed over with no lock held (the sink may
+    /// queue, replay or drain this emitter).
+    fn drain_each(&self, max: usize, sink: &mut impl FnMut(T, Priority)) -> usize {
         let mut n = 0;
         while n < max {
-            let Some(p) = state.next() else { break };
+            let Some(p) = self.take_next() else { break };
             self.metrics.count(Count::Drained);
             n += 1;
             sink(p.trigger, p.class);
@@ -1007,11 +1044,17 @@ impl<T> Inner<T> {
         n
     }
 
-    /// Whether replay may run: CLOSED, and not forced open.
+    /// Whether replay may run: the breaker CLOSED, or in a mode that
+    /// admits every call whatever its state (metrics-only, whose state is
+    /// only what it would do; forced closed; disabled); never forced open.
     fn replay_allowed(&self) -> bool {
         use crate::report::{Mode, State};
         let b = &self.breaker;
-        b.state() == State::Closed && b.mode() != Mode::ForcedOpen
+        match b.mode() {
+            Mode::ForcedOpen => false,
+            Mode::Normal => b.state() == State::Closed,
+            Mode::MetricsOnly | Mode::ForcedClosed | Mode::Disabled => true,
+        }
     }
 
     /// The start of a replay, blocking or async: the turn to replay, or
@@ -1027,6 +1070,82 @@ impl<T> Inner<T> {
             return Err(stopped(ReplayStop::NotClosed));
         }
         self.replay_turn().ok_or_else(|| stopped(ReplayStop::Busy))
+    }
+}
+
+/// A trigger a replay took out of the queue and has not settled (its call
+/// runs with no lock held): delivered, handed back, or kept at the head
+/// again, as the replay's end says; kept at the head if the replay unwinds
+/// or is dropped while it holds it.
+struct Held<'a, T> {
+    inner: &'a Inner<T>,
+    item: Option<Pending<T>>,
+}
+
+impl<T> Held<'_, T> {
+    /// The call succeeded.
+    fn delivered(&mut self) {
+        self.item = None;
+        self.inner.metrics.count(Count::Replayed);
+    }
+
+    /// The call was not made (the breaker or the bulkhead turned it
+    /// away): kept at the head with no attempt used, unless the emitter
+    /// is shut down (then handed back: nothing is kept after a shutdown).
+    fn refused(&mut self) -> Option<(T, Priority)> {
+        self.keep_or_hand_back()
+    }
+
+    /// The call failed (or timed out): one attempt used; handed back after
+    /// the last one or once the emitter is shut down, else kept at the head.
+    fn failed(&mut self) -> Option<(T, Priority)> {
+        let p = self.item.as_mut().expect("held until settled");
+        p.attempts = p.attempts.saturating_add(1);
+        if p.attempts >= self.inner.replay_attempts {
+            return self.hand_back();
+        }
+        self.keep_or_hand_back()
+    }
+
+    /// Kept at the head, unless the emitter is shut down: decided under the
+    /// queue's lock, against a shutdown's drain (which sets `closed` before
+    /// it takes anything): either the drain takes it, or it sees `closed`
+    /// and is handed back. A loom model checks it
+    /// (`a_replay_racing_shutdown_keeps_nothing_and_loses_nothing`).
+    fn keep_or_hand_back(&mut self) -> Option<(T, Priority)> {
+        let p = self.item.take().expect("held until settled");
+        let mut state = self.inner.replay.lock();
+        if self.inner.closed.load(Ordering::Acquire) {
+            drop(state);
+            self.item = Some(p);
+            return self.hand_back();
+        }
+        debug_assert!(state.pending.is_none(), "one replay at a time");
+        state.pending = Some(p);
+        self.inner.has_pending.store(true, Ordering::Release);
+        None
+    }
+
+    /// The call panicked: one attempt used, kept at the head (as the
+    /// unwinding drops this).
+    fn panicked(&mut self) {
+        if let Some(p) = self.item.as_mut() {
+            p.attempts = p.attempts.saturating_add(1);
+        }
+    }
+
+    fn hand_back(&mut self) -> Option<(T, Priority)> {
+        let p = self.item.take().expect("held until settled");
+        self.inner.metrics.count(Count::ReplayHandedBack);
+        Some((p.trigger, p.class))
+    }
+}
+
+impl<T> Drop for Held<'_, T> {
+    fn drop(&mut self) {
+        if let Some(p) = self.item.take() {
+            self.inner.keep_at_head(p);
+        }
     }
 }
 
