@@ -141,10 +141,11 @@ const FLIGHT_GEN_SHIFT: u32 = 18;
 pub(crate) const FLIGHT_GEN_MASK: u64 = 0xffff;
 const FLIGHT_TAG_SHIFT: u32 = 34;
 const FLIGHT_TAG_MASK: u64 = (1 << (64 - FLIGHT_TAG_SHIFT)) - 1;
-/// Transitions between two closes past which a close cannot order the
-/// generation tags (half their range, with a margin): every tag but its own
-/// is then taken for an earlier generation's.
-pub(crate) const FLIGHT_GEN_HORIZON: u64 = 1 << 14;
+/// Transitions between two closes from which a close cannot order the
+/// generation tags (half their range: `gen_before` orders tags at most
+/// 2^15 − 1 apart): every tag but its own is then taken for an earlier
+/// generation's.
+pub(crate) const FLIGHT_GEN_HORIZON: u64 = 1 << 15;
 
 fn flight_tag(epoch: u64) -> u64 {
     epoch & FLIGHT_TAG_MASK

@@ -4,6 +4,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 use tailguard::clock::ManualClock;
+
+#[path = "support/hook.rs"]
+mod hook;
+
 use tailguard::{
     Breaker, BreakerBuilder, CancelPolicy, ConfigErrorKind, Jitter, Mode, Reason, RejectReason, State, Transition,
 };
@@ -1518,4 +1522,70 @@ fn a_call_admitted_after_many_transitions_is_not_claimed_stale() {
     b.tick();
     let s = b.snapshot();
     assert_eq!(s.totals.calls, 1, "judged as a call of its window: {s:?}");
+}
+
+/// A call admitted before 2^15 (and 2^15 − 1) transitions with no close
+/// between, hung: its generation tag is half the tag range behind (or just
+/// under), and the close still claims it as stale, never as a call of the
+/// current generation (and a call admitted after them, not at all).
+#[test]
+fn a_hung_call_from_before_half_the_tag_range_of_transitions_is_claimed_stale() {
+    for transitions in [(1u64 << 15) - 2, 1 << 15, (1 << 15) + 2] {
+        let clock = ManualClock::new();
+        let b = builder(&clock).track_in_flight(true).build().unwrap();
+        let hung = b.allow().unwrap();
+        for _ in 0..transitions / 2 {
+            b.force_open();
+            b.reset();
+        }
+        clock.advance(100 * MS); // the next in-flight epoch: a slot of its own
+        let current = b.allow().unwrap();
+        clock.advance(SEC);
+        b.tick();
+        let w = b.snapshot().window;
+        assert_eq!(w.stale, 1, "{transitions} transitions: the hung call, as stale: {w:?}");
+        clock.advance(SEC);
+        b.tick();
+        let w = b.snapshot().window;
+        assert_eq!(
+            (w.in_flight_slow, w.stale),
+            (1, 0),
+            "{transitions} transitions: the current call, slow: {w:?}"
+        );
+        drop((hung, current));
+    }
+}
+
+/// A window close whose span a transition overtakes between its judgement
+/// and its verdict's CAS (forced with a clock hook at the close's in-flight
+/// claim: the CLOSED breaker goes OPEN and forced closed meanwhile) applies
+/// nothing: the span belongs to a generation that is over.
+#[test]
+fn a_close_overtaken_by_transitions_before_its_verdict_applies_nothing() {
+    let clock = hook::HookClock::new();
+    let b = Breaker::builder()
+        .clock(clock.source())
+        .ticker(false)
+        .track_in_flight(true)
+        .trip_windows(1)
+        .build()
+        .unwrap();
+    for _ in 0..100 {
+        b.allow().unwrap().record_latency(900 * MS, true); // breaching
+    }
+    clock.advance(SEC);
+    let b2 = b.clone();
+    // Read 1: the close's own; read 2: its in-flight claim.
+    clock.at_read(2, move || {
+        b2.force_open();
+        b2.force_closed();
+    });
+    b.tick();
+    assert!(clock.fired());
+    let s = b.snapshot();
+    assert_eq!(
+        (s.state, s.mode, s.trip_count),
+        (State::Closed, Mode::ForcedClosed, 0),
+        "{s:?}"
+    );
 }
