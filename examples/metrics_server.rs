@@ -206,13 +206,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })?
         .metrics_only();
     let dlq: DeadLetterQueue<u64> = DeadLetterQueue::with_capacity(4096)?;
-    registry.attach_fallback("pricing", dlq.producer());
+    assert!(
+        registry.attach_fallback("pricing", dlq.producer()),
+        "pricing is registered"
+    );
     let ledger_breaker = registry.get_or_create("ledger", || Breaker::builder().window(window))?;
     let ledger = Emitter::builder(ledger_breaker, DeadLetterQueue::with_capacity(1024)?)
         .bulkhead(8)?
         .timeout(Duration::from_millis(100))?
         .build()?;
-    registry.attach_emitter("ledger", &ledger);
+    assert!(registry.attach_emitter("ledger", &ledger), "ledger is registered");
 
     let _ticker = Ticker::start()?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -622,7 +622,7 @@ impl BreakerBuilder {
     ///
     /// # Errors
     /// A [`ConfigError`] naming the first bad field, or one for `"ticker"`
-    /// ([`ConfigErrorKind::TickerThread`]) if the operating system refused to
+    /// ([`ConfigErrorKind::TickerThread`](crate::ConfigErrorKind::TickerThread)) if the operating system refused to
     /// start the ticker thread.
     ///
     /// ```

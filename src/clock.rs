@@ -39,10 +39,25 @@ use std::time::Duration;
 /// ```
 pub trait Clock: Send + Sync + 'static {
     /// Nanoseconds since this clock's origin.
+    ///
+    /// ```
+    /// use tailguard::clock::{Clock, ManualClock};
+    /// let clock = ManualClock::new();
+    /// clock.advance(std::time::Duration::from_micros(5));
+    /// assert_eq!(Clock::now_nanos(&clock), 5_000);
+    /// ```
     fn now_nanos(&self) -> u64;
 }
 
 /// The clock a breaker reads; see the [module docs](self).
+///
+/// ```
+/// use tailguard::{clock::ClockSource, Breaker};
+/// // The default (precise), or the coarse clock for millisecond consumers.
+/// let b = Breaker::builder().clock(ClockSource::coarse()).build()?;
+/// assert!(!b.clock().is_precise());
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 ///
 /// `From` conversions exist for [`ManualClock`] and [`CoarseClock`], so
 /// `builder.clock(manual.clone())` works directly.
@@ -247,6 +262,12 @@ impl ClockSource {
     }
 
     /// Whether a read costs a precise clock access (as opposed to one load).
+    ///
+    /// ```
+    /// use tailguard::clock::ClockSource;
+    /// assert!(ClockSource::precise().is_precise());
+    /// assert!(!ClockSource::coarse().is_precise());
+    /// ```
     pub fn is_precise(&self) -> bool {
         matches!(self.kind, Kind::Precise(_))
     }

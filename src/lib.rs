@@ -1,5 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(tailguard_loom))))]
+#![cfg_attr(docsrs, feature(rustdoc_missing_doc_code_examples))]
+#![cfg_attr(docsrs, warn(rustdoc::missing_doc_code_examples))]
 
 // Leaves: plain data and pure rules, importing nothing of the machinery.
 mod config;

@@ -66,6 +66,12 @@ pub struct Registry {
     entries: Arc<parking_lot::RwLock<BTreeMap<Arc<str>, Entry>>>,
 }
 
+// Sound after a panic anywhere: its lock guards a map that no panic leaves
+// half updated (user code, the `make` of `get_or_create`, runs before the
+// insert).
+impl std::panic::UnwindSafe for Registry {}
+impl std::panic::RefUnwindSafe for Registry {}
+
 impl core::fmt::Debug for Registry {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Registry").field("consumers", &self.len()).finish()
@@ -180,6 +186,7 @@ impl Registry {
     /// assert_eq!(row.fallback_stats.unwrap().critical.queued, 1);
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
+    #[must_use = "false: there is no consumer of that name, and nothing was attached"]
     pub fn attach_fallback<T: Send + 'static>(&self, name: &str, producer: Producer<T>) -> bool {
         let capacity = producer.capacity();
         match self.entries.write().get_mut(name) {
@@ -212,6 +219,7 @@ impl Registry {
     /// assert_eq!(row.fallback_capacity, Some(8));
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
+    #[must_use = "false: there is no consumer of that name, and nothing was attached"]
     pub fn attach_emitter<T: Send + 'static>(&self, name: &str, emitter: &Emitter<T>) -> bool {
         let producer = emitter.producer().clone();
         let capacity = producer.capacity();

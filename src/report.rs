@@ -197,17 +197,47 @@ impl Rejected {
         Self { reason, retry_after_ns }
     }
 
-    /// How long until the breaker next admits a probe, when that is known
-    /// (for `Retry-After`). `None` when forced open, or when HALF_OPEN waits
-    /// for a probe slot.
+    /// When to try again, for `Retry-After` or a client's backoff: while
+    /// OPEN, the time until the breaker next admits a probe; while
+    /// HALF_OPEN with every probe slot taken, the time until the current
+    /// probes' round is decided at the latest (the end of the earliest
+    /// probe's lease: by then it has answered, or been taken for slow). `None`
+    /// when forced open (an operator decides when it ends).
     ///
     /// ```
-    /// let b = tailguard::Breaker::builder().build().unwrap();
+    /// use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// b.trip_now();
+    /// assert_eq!(b.allow().unwrap_err().retry_after(), Some(Duration::from_secs(1)));
+    /// clock.advance(Duration::from_secs(1));
+    /// let probe = b.allow().unwrap(); // the one probe slot
+    /// clock.advance(Duration::from_millis(300));
+    /// // The probe's lease (1 s by default) ends 700 ms from now.
+    /// assert_eq!(b.allow().unwrap_err().retry_after(), Some(Duration::from_millis(700)));
     /// b.force_open();
     /// assert_eq!(b.allow().unwrap_err().retry_after(), None);
+    /// # drop(probe);
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
         (self.retry_after_ns != u64::MAX).then(|| Duration::from_nanos(self.retry_after_ns))
+    }
+
+    /// [`retry_after`](Self::retry_after) in whole seconds, rounded up: the
+    /// value of an HTTP `Retry-After` header (`None`: send none).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tailguard::clock::ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// b.trip_now();
+    /// clock.advance(Duration::from_millis(300));
+    /// let r = b.allow().unwrap_err();
+    /// assert_eq!(r.retry_after(), Some(Duration::from_millis(700)));
+    /// assert_eq!(r.retry_after_secs(), Some(1));
+    /// ```
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        (self.retry_after_ns != u64::MAX).then(|| self.retry_after_ns.div_ceil(1_000_000_000))
     }
 
     /// Why the call was rejected.
@@ -227,7 +257,10 @@ impl fmt::Display for Rejected {
         match (self.reason, self.retry_after()) {
             (RejectReason::Open, Some(d)) => write!(f, "circuit open; next probe in {d:?}"),
             (RejectReason::Open, None) => write!(f, "circuit open"),
-            (RejectReason::ProbesBusy, _) => write!(f, "circuit half-open; every probe slot is taken"),
+            (RejectReason::ProbesBusy, Some(d)) => {
+                write!(f, "circuit half-open; every probe slot is taken; decided within {d:?}")
+            }
+            (RejectReason::ProbesBusy, None) => write!(f, "circuit half-open; every probe slot is taken"),
             (RejectReason::ForcedOpen, _) => write!(f, "circuit forced open"),
         }
     }

@@ -109,6 +109,12 @@ use tower_service::Service;
 /// ```
 pub trait Classify<R> {
     /// Whether `response` counts as a failed call.
+    ///
+    /// ```
+    /// use tailguard::tower::{Classify, ServerErrors};
+    /// let response = http::Response::builder().status(502).body(()).unwrap();
+    /// assert!(ServerErrors.is_failure(&response));
+    /// ```
     fn is_failure(&self, response: &R) -> bool;
 }
 
@@ -157,6 +163,17 @@ impl<R, F: Fn(&R) -> bool> Classify<R> for F {
 }
 
 /// Why a request through a [`BreakerService`] did not get a response.
+///
+/// ```
+/// use tailguard::{clock::ManualClock, tower::BreakerError, RejectReason};
+/// let b = tailguard::Breaker::builder().clock(ManualClock::new()).build()?;
+/// b.trip_now();
+/// let err: BreakerError<std::io::Error> = BreakerError::Rejected(b.allow().unwrap_err());
+/// assert!(!err.called());
+/// assert!(matches!(&err, BreakerError::Rejected(r) if r.reason() == RejectReason::Open));
+/// assert_eq!(err.to_string(), "breaker rejected the request: circuit open; next probe in 1s");
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[derive(Debug)]
 pub enum BreakerError<E> {
     /// The breaker rejected the request (open, every probe slot taken, or
@@ -406,6 +423,20 @@ impl<S, C: Clone> tower_layer::Layer<S> for BreakerLayer<C> {
 
 /// A service behind a breaker (and optionally a bulkhead and a timeout);
 /// made by [`BreakerLayer`], described in the [module docs](self).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use tailguard::tower::{BreakerLayer, ErrorsOnly};
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+///
+/// let mut svc = BreakerLayer::new(tailguard::Breaker::builder().build()?)
+///     .classify(ErrorsOnly)
+///     .layer(service_fn(|n: u32| async move { Ok::<_, std::io::Error>(n * 2) }));
+/// assert_eq!(svc.ready().await?.call(21).await?, 42);
+/// # Ok(())
+/// # }
+/// ```
 pub struct BreakerService<S, C = ServerErrors> {
     inner: S,
     config: Config<C>,

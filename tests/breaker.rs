@@ -1589,3 +1589,26 @@ fn a_close_overtaken_by_transitions_before_its_verdict_applies_nothing() {
         "{s:?}"
     );
 }
+
+/// A breaker is usable across `catch_unwind` (and after a panic
+/// elsewhere), as are the queue, the emitter, the bulkhead and the
+/// registry: their types say so.
+#[test]
+fn the_crate_s_handles_are_unwind_safe() {
+    use std::panic::{catch_unwind, RefUnwindSafe, UnwindSafe};
+    fn unwind_safe<T: UnwindSafe + RefUnwindSafe>() {}
+    unwind_safe::<Breaker>();
+    unwind_safe::<tailguard::Bulkhead>();
+    unwind_safe::<tailguard::Registry>();
+    unwind_safe::<tailguard::dlq::DeadLetterQueue<String>>();
+    unwind_safe::<tailguard::dlq::Producer<String>>();
+    unwind_safe::<tailguard::emit::Emitter<String>>();
+    let clock = ManualClock::new();
+    let b = builder(&clock).on_transition(|_| {}).build().unwrap();
+    let panicked = catch_unwind(|| {
+        b.allow().unwrap().record(true);
+        panic!("a bug elsewhere (expected by this test)");
+    });
+    assert!(panicked.is_err());
+    assert!(catch_unwind(|| b.allow().is_ok()).unwrap(), "still usable");
+}

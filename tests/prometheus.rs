@@ -471,7 +471,7 @@ fn open_duration_and_depth_are_read_at_scrape_time() {
         })
         .unwrap();
     let dlq = DeadLetterQueue::with_capacity(4).unwrap();
-    registry.attach_fallback("pricing", dlq.producer());
+    assert!(registry.attach_fallback("pricing", dlq.producer()));
     b.trip_now();
     clock.advance(1500 * MS);
     let _ = dlq.push(1u8, Priority::Idle);

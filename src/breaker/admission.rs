@@ -213,7 +213,26 @@ impl Inner {
         if seen.state() != State::HalfOpen || seen.generation() != word.generation() {
             return Admit::Retry(seen);
         }
-        Admit::Reject(Rejected::new(RejectReason::ProbesBusy, u64::MAX))
+        Admit::Reject(Rejected::new(
+            RejectReason::ProbesBusy,
+            self.probes_decided_in(seen, now),
+        ))
+    }
+
+    /// For a caller turned away by a HALF_OPEN round whose probe slots are
+    /// all taken: how long until the round is decided at the latest, which
+    /// is when the earliest lease of its probes ends (by then that probe has
+    /// answered, or been taken for slow and re-opened the breaker); the
+    /// latency threshold if no lease is stamped yet (a probe just admitted).
+    #[cold]
+    fn probes_decided_in(&self, word: Word, now: u64) -> u64 {
+        let round = self.state.full_generation(word);
+        self.leases
+            .iter()
+            .filter(|l| l.tag.load(Ordering::Acquire) == round)
+            .map(|l| l.since.load(Ordering::Acquire).saturating_add(self.config.lease_ns))
+            .min()
+            .map_or(self.config.threshold_ns, |end| end.saturating_sub(now))
     }
 
     /// The permit of a probe whose slot the CAS to `word` took: its lease

@@ -166,6 +166,15 @@ pub struct Breaker {
     pub(crate) inner: Arc<Inner>,
 }
 
+// A breaker stays sound and usable after a panic anywhere: the user code it
+// runs (listeners) runs outside its locks under `catch_unwind`, its panics
+// contained and counted; every other step is an atomic operation or a short
+// critical section of the crate's own, which no panic can leave half done.
+// A caller may use one across `catch_unwind` (its internal locks and
+// `dyn` callbacks would otherwise opt it out).
+impl std::panic::UnwindSafe for Breaker {}
+impl std::panic::RefUnwindSafe for Breaker {}
+
 impl fmt::Debug for Breaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.fmt(f)

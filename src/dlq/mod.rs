@@ -245,6 +245,16 @@ impl<T> std::error::Error for Full<T> {}
 /// may be a few operations out of step; once the producers and the consumer
 /// are quiet, `pushed == popped + displaced + handed_back + depth` holds
 /// exactly. Counters wrap at `usize::MAX` operations.
+///
+/// ```
+/// use tailguard::dlq::{DeadLetterQueue, Priority};
+/// let q = DeadLetterQueue::with_capacity(1)?;
+/// let _ = q.push("ping", Priority::Idle);
+/// let _ = q.push("order", Priority::Critical); // displaces the ping
+/// let idle = q.stats().idle;
+/// assert_eq!((idle.queued, idle.displaced, idle.depth), (1, 1, 0));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClassStats {
     /// Push attempts of this class: `queued + handed_back`.
@@ -443,6 +453,15 @@ impl<T> fmt::Debug for Producer<T> {
             .finish_non_exhaustive()
     }
 }
+
+// Sound after a panic anywhere: a push or a pop is a sequence of atomic
+// steps and the item moves whole (written once, read once); a panic in `T`'s
+// own code (its drop, in `drain`'s sink) leaves every slot either full or
+// free. Unwind-safe as the items are.
+impl<T: std::panic::UnwindSafe> std::panic::UnwindSafe for DeadLetterQueue<T> {}
+impl<T: std::panic::UnwindSafe> std::panic::RefUnwindSafe for DeadLetterQueue<T> {}
+impl<T: std::panic::UnwindSafe> std::panic::UnwindSafe for Producer<T> {}
+impl<T: std::panic::UnwindSafe> std::panic::RefUnwindSafe for Producer<T> {}
 
 impl<T> fmt::Debug for DeadLetterQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -115,9 +115,30 @@ use std::time::Duration;
 /// One consumer's emit path: its breaker, an optional bulkhead, a timeout
 /// and its dead-letter queue. Cheap to clone (an `Arc`); every clone is the
 /// same emitter. See the [module documentation](self).
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitted, Emitter}};
+///
+/// let pricing = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(1024)?)
+///     .bulkhead(64)?
+///     .build()?;
+/// match pricing.emit_blocking("order-1", Priority::Critical, |_, _| Ok::<_, std::io::Error>(())) {
+///     Emitted::Delivered(()) => {}
+///     Emitted::Diverted { displaced, .. } => drop(displaced), // queued; a displaced one came back
+///     Emitted::HandedBack { trigger, .. } => drop(trigger),   // the router keeps it
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Emitter<T> {
     inner: Arc<Inner<T>>,
 }
+
+// Sound after a panic anywhere: no lock of it is held while user code runs
+// (calls, sinks), a panicking call's trigger is queued (or counted dropped)
+// before the panic goes on, and its counters only ever add. Unwind-safe as
+// its triggers are.
+impl<T: std::panic::UnwindSafe> std::panic::UnwindSafe for Emitter<T> {}
+impl<T: std::panic::UnwindSafe> std::panic::RefUnwindSafe for Emitter<T> {}
 
 impl<T> Clone for Emitter<T> {
     fn clone(&self) -> Self {
@@ -170,6 +191,14 @@ struct Pending<T> {
 }
 
 /// Why a trigger was not delivered.
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Divert, Emitted, Emitter}};
+/// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+/// let out = e.emit_blocking(1u8, Priority::Routine, |_, _| Err::<(), _>("503"));
+/// assert!(matches!(out, Emitted::Diverted { reason: Divert::Failed("503"), .. }));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub enum Divert<E> {
     /// The breaker rejected the call (open, every probe slot taken, or
@@ -208,6 +237,18 @@ impl<E: fmt::Display> fmt::Display for Divert<E> {
 }
 
 /// Why a trigger was handed back to the caller instead of queued.
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitted, Emitter, HandBack}};
+/// let b = Breaker::builder().build()?;
+/// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(1)?).build()?;
+/// b.trip_now();
+/// let _ = e.emit_blocking("a", Priority::Critical, |_, _| Ok::<_, ()>(()));
+/// // Full of a class at least as high: the trigger comes back.
+/// let out = e.emit_blocking("b", Priority::Critical, |_, _| Ok::<_, ()>(()));
+/// assert!(matches!(out, Emitted::HandedBack { trigger: "b", because: HandBack::QueueFull, .. }));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandBack {
     /// The queue was full, with nothing of a lower class to give way.
@@ -217,6 +258,14 @@ pub enum HandBack {
 }
 
 /// What an emit did with its trigger.
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitted, Emitter}};
+/// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+/// let out: Emitted<&str, usize, ()> = e.emit_blocking("abc", Priority::Routine, |t, _| Ok(t.len()));
+/// assert_eq!(out, Emitted::Delivered(3));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[must_use = "a trigger handed back (or displaced) must be handled by the caller"]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Emitted<T, O, E> {
@@ -258,6 +307,20 @@ impl<T, O, E> Emitted<T, O, E> {
 /// The time budget of one call: when it started and how long it may take.
 /// A blocking call reads it to set its own socket timeouts; a call that
 /// returns after it counts as timed out.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+/// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
+///     .timeout(Duration::from_millis(200))?
+///     .build()?;
+/// let _ = e.emit_blocking((), Priority::Routine, |_, deadline| {
+///     let socket_timeout = deadline.remaining(); // at most 200 ms
+///     assert!(socket_timeout <= Duration::from_millis(200));
+///     Ok::<_, ()>(())
+/// });
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[derive(Clone, Copy)]
 pub struct Deadline<'a> {
     clock: &'a ClockSource,
@@ -332,7 +395,27 @@ impl fmt::Debug for Deadline<'_> {
     }
 }
 
-/// What a replay did.
+/// What a replay did. A trigger it hands back ([`handed_back`](Self::handed_back))
+/// is the caller's to keep: the emitter no longer holds it.
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+///
+/// let b = Breaker::builder().build()?;
+/// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?)
+///     .replay_attempts(1)?
+///     .build()?;
+/// b.trip_now();
+/// let _ = e.emit_blocking("order-9", Priority::Critical, |_, _| Ok::<_, ()>(()));
+/// b.reset();
+/// let r = e.replay_blocking(10, |_, _| Err::<(), _>("still down"));
+/// if let Some((trigger, class)) = r.handed_back {
+///     // Its last attempt failed: persist it, page someone, ...
+///     assert_eq!((trigger, class), ("order-9", Priority::Critical));
+/// }
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[must_use = "a replay may hand a trigger back (`handed_back`): the caller must keep it"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Replayed<T, E> {
     /// Triggers delivered from the queue.
@@ -347,6 +430,16 @@ pub struct Replayed<T, E> {
 
 /// Why a replay stopped early. Unless the replay handed it back, a trigger
 /// that was not delivered stays at the head of the queue.
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitter, ReplayStop}};
+/// let b = Breaker::builder().build()?;
+/// let e = Emitter::<u8>::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build()?;
+/// assert_eq!(e.replay_blocking(10, |_, _| Ok::<_, ()>(())).stopped, Some(ReplayStop::Empty));
+/// b.trip_now();
+/// assert_eq!(e.replay_blocking(10, |_, _| Ok::<_, ()>(())).stopped, Some(ReplayStop::NotClosed));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReplayStop<E> {
     /// The queue is empty.
@@ -363,6 +456,18 @@ pub enum ReplayStop<E> {
 
 /// Counters of an [`Emitter`] (see the [module documentation](self) for the
 /// identities they satisfy once the emitter is quiet).
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+/// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+/// let _ = e.emit_blocking(1u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+/// let _ = e.emit_blocking(2u8, Priority::Routine, |_, _| Err::<(), _>(()));
+/// let s = e.stats();
+/// assert_eq!((s.delivered, s.diverted_failed, s.queued), (1, 1, 1));
+/// assert_eq!(s.emitted(), 2);
+/// assert_eq!(s.into_queue(), s.out_of_queue());
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EmitterStats {
@@ -493,6 +598,18 @@ impl EmitterStats {
 }
 
 /// Builds an [`Emitter`]; from [`Emitter::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, dlq::DeadLetterQueue, emit::Emitter};
+/// let e = Emitter::<String>::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(4096)?)
+///     .bulkhead(64)?
+///     .timeout(Duration::from_millis(250))?
+///     .replay_attempts(5)?
+///     .build()?;
+/// assert_eq!(e.timeout(), Duration::from_millis(250));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 #[must_use = "a builder does nothing until built"]
 pub struct EmitterBuilder<T> {
     breaker: Breaker,
@@ -1193,6 +1310,15 @@ impl<'a, T> core::future::Future for TakeTurn<'a, T> {
 }
 
 /// A read-only view of an emitter's queue, from [`Emitter::queue`].
+///
+/// ```
+/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+/// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+/// let _ = e.enqueue(1u8, Priority::Critical);
+/// let q = e.queue();
+/// assert_eq!((q.len(), q.capacity()), (1, 8));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
 pub struct QueueView<'a, T> {
     producer: &'a Producer<T>,
 }

@@ -310,7 +310,18 @@ impl Breaker {
             self.probes += 1;
             return Admit::Probe(self.probe(raw, now));
         }
-        Admit::Reject((RejectReason::ProbesBusy, None))
+        // Decided at the latest when the earliest lease of the round ends;
+        // the latency threshold if none is stamped.
+        let round = self.generation;
+        let end = self
+            .leases
+            .iter()
+            .flatten()
+            .filter(|(r, _)| *r == round)
+            .map(|(_, since)| since.saturating_add(self.c.lease_ns))
+            .min();
+        let hint = end.map_or(self.c.threshold_ns, |end| end.saturating_sub(now));
+        Admit::Reject((RejectReason::ProbesBusy, Some(hint)))
     }
 
     fn probe(&mut self, raw: u64, now: u64) -> Permit {
