@@ -127,11 +127,17 @@ pub(crate) const INFLIGHT_SLOTS: usize = 16;
 #[derive(Debug)]
 pub(crate) struct InFlight {
     slots: [AtomicU64; INFLIGHT_SLOTS],
-    /// Calls of unclaimed old epochs of their own generation claimed by
-    /// `enter` (a late close): counted by the next close, as slow (or as
-    /// stale if a transition came between).
+    /// Calls of unclaimed old epochs claimed by `enter` (a late close), of
+    /// one generation: its tag in the high 16 bits, their count below
+    /// ([`CARRY_COUNT_MASK`]). Counted by a later close: as slow by a judged
+    /// close of that generation, as stale by one of a later generation.
     carried: AtomicU64,
+    /// Carried calls of a generation older than `carried`'s: stale.
+    carried_stale: AtomicU64,
 }
+
+const CARRY_GEN_SHIFT: u32 = 48;
+const CARRY_COUNT_MASK: u64 = (1 << CARRY_GEN_SHIFT) - 1;
 
 const FLIGHT_COUNT_MASK: u64 = 0xffff;
 const FLIGHT_CLOSING: u64 = 1 << 16;
@@ -207,6 +213,7 @@ impl InFlight {
         Self {
             slots: core::array::from_fn(|_| AtomicU64::new(free)),
             carried: AtomicU64::new(0),
+            carried_stale: AtomicU64::new(0),
         }
     }
 
@@ -251,7 +258,7 @@ impl InFlight {
             match cell.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
                     if carried != 0 {
-                        self.carried.fetch_add(carried, Ordering::Relaxed);
+                        self.carry(gen, carried);
                     }
                     return true;
                 }
@@ -293,27 +300,81 @@ impl InFlight {
         }
     }
 
+    /// `n` calls of generation tag `gen`, carried out of a slot by a late
+    /// close's `enter`: kept with their generation (an older one than the
+    /// generation kept already goes to the stale carry; a newer one sends
+    /// the kept ones there).
+    #[cold]
+    fn carry(&self, gen: u64, n: u64) {
+        let mut cur = self.carried.load(Ordering::Acquire);
+        loop {
+            let (g, count) = (cur >> CARRY_GEN_SHIFT, cur & CARRY_COUNT_MASK);
+            let (next, stale) = if count == 0 || g == gen {
+                (gen << CARRY_GEN_SHIFT | (count + n).min(CARRY_COUNT_MASK), 0)
+            } else if gen_before(gen, g) {
+                (cur, n)
+            } else {
+                (gen << CARRY_GEN_SHIFT | n, count)
+            };
+            match self
+                .carried
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if stale != 0 {
+                        self.carried_stale.fetch_add(stale, Ordering::Relaxed);
+                    }
+                    return;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// The carried calls a close in generation tag `gen` counts (see
+    /// [`Claim`]): those of its generation as slow if judged (left for a
+    /// later close otherwise), those of an earlier one as stale.
+    fn claim_carried(&self, gen: u64, how: Claim, out: &mut Claimed) {
+        if self.carried_stale.load(Ordering::Relaxed) != 0 {
+            out.stale += self.carried_stale.swap(0, Ordering::AcqRel);
+        }
+        let mut cur = self.carried.load(Ordering::Acquire);
+        loop {
+            let (g, count) = (cur >> CARRY_GEN_SHIFT, cur & CARRY_COUNT_MASK);
+            let stale = if how == Claim::Unordered {
+                g != gen
+            } else {
+                gen_before(g, gen)
+            };
+            let slow = !stale && how == Claim::Judged && g == gen;
+            if count == 0 || !(stale || slow) {
+                return;
+            }
+            match self
+                .carried
+                .compare_exchange_weak(cur, 0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if stale {
+                        out.stale += count;
+                    } else {
+                        out.slow += count;
+                    }
+                    return;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// A window close's claim (see [`Claim`]) by a close in generation tag
     /// `gen`, of the calls of its generation that started before epoch
     /// `target`: how many calls it counted as slow and as stale (with those
-    /// carried by late `enter`s: slow if the span is judged, else stale).
+    /// carried by late `enter`s).
     pub(crate) fn claim(&self, target: u64, gen: u64, how: Claim) -> Claimed {
         let target = flight_tag(target);
-        let carried = if self.carried.load(Ordering::Relaxed) == 0 {
-            0
-        } else {
-            self.carried.swap(0, Ordering::AcqRel)
-        };
-        let mut out = match how {
-            Claim::Judged => Claimed {
-                slow: carried,
-                stale: 0,
-            },
-            _ => Claimed {
-                slow: 0,
-                stale: carried,
-            },
-        };
+        let mut out = Claimed::default();
+        self.claim_carried(gen, how, &mut out);
         for cell in &self.slots {
             let mut cur = cell.load(Ordering::Acquire);
             loop {
@@ -815,6 +876,31 @@ mod tests {
         assert!(f.leave(3 + slots, 0));
         // A call whose slot counts a later epoch is not tracked.
         assert!(!f.enter(3, 0));
+    }
+
+    /// Calls carried out of a slot by a late close keep their generation: a
+    /// close of that generation counts them slow when it is judged (and
+    /// leaves them otherwise), a close of a later one stale; carries of two
+    /// generations keep apart.
+    #[test]
+    fn carried_calls_keep_their_generation() {
+        let f = InFlight::new();
+        let slots = INFLIGHT_SLOTS as u64;
+        assert!(f.enter(3, 1));
+        assert!(f.enter(3 + slots, 1), "a late close: carries the generation-1 call");
+        let c = f.claim(0, 1, Claim::StaleOnly);
+        assert_eq!((c.slow, c.stale), (0, 0), "its own generation's, not judged: left");
+        let c = f.claim(0, 1, Claim::Judged);
+        assert_eq!((c.slow, c.stale), (1, 0), "judged: slow");
+        assert!(f.enter(5, 1) && f.enter(5 + slots, 1), "another carry, of generation 1");
+        assert!(f.enter(6, 2) && f.enter(6 + slots, 2), "and one of generation 2");
+        // At a generation-2 close: the generation-1 carry and slots are stale.
+        let c = f.claim(0, 2, Claim::Judged);
+        assert_eq!(
+            (c.slow, c.stale),
+            (1, 3),
+            "gen 2's carry slow; gen 1's carry and two slots stale"
+        );
     }
 
     #[test]
