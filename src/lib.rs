@@ -1,4 +1,6 @@
-#![doc = include_str!("../README.md")]
+#![doc = include_str!("../docs/crate-intro.md")]
+#![doc = include_str!("../docs/chaos.svg")]
+#![doc = include_str!("../docs/crate.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(docsrs, doc(auto_cfg(hide(tailguard_loom))))]
 #![cfg_attr(docsrs, feature(rustdoc_missing_doc_code_examples))]
@@ -35,6 +37,14 @@ mod registry;
 #[cfg(all(feature = "tower", not(tailguard_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
+
+pub mod guide;
+
+/// The README's examples, compiled and run as doc tests (the README itself
+/// is plain Markdown, for the repository's front page).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub use breaker::{Breaker, LocalHandle, LocalPermit, OwnedPermit, Permit};
 pub use builder::BreakerBuilder;

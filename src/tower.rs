@@ -43,6 +43,10 @@
 //!   once, as slow.)
 //! * A rejection carries the breaker's [`retry_after`](BreakerError::retry_after),
 //!   for a `Retry-After` header or a client's backoff.
+//! * **reqwest**: with feature `reqwest`, [`ServerErrors`] judges
+//!   `reqwest::Response` too, so `BreakerLayer::new(breaker).layer(reqwest::Client::new())`
+//!   works as it is; with feature `reqwest-middleware`, [`BreakerMiddleware`]
+//!   puts the breaker in a `reqwest_middleware` client with one `.with(...)`.
 //! * The classifier runs in the response future, once per response, never
 //!   inside the breaker; if it panics, the call counts as failed and the
 //!   panic goes on to the caller. So does a panic of the inner service's
@@ -78,6 +82,12 @@
 //! ```
 
 use crate::breaker::WatchKey;
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+mod middleware;
+#[cfg(feature = "reqwest-middleware")]
+pub use middleware::BreakerMiddleware;
+
 use crate::breaker::{Breaker, OwnedPermit};
 use crate::bulkhead::{Bulkhead, OwnedBulkheadPermit};
 use crate::clock::duration_nanos_saturating;
@@ -134,6 +144,37 @@ pub struct ServerErrors;
 impl<B> Classify<http::Response<B>> for ServerErrors {
     #[inline]
     fn is_failure(&self, response: &http::Response<B>) -> bool {
+        response.status().is_server_error()
+    }
+}
+
+/// A `reqwest` response with a 5xx status is a failure (feature
+/// `reqwest`), so that `reqwest::Client` goes through the layer as it is.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tailguard::{tower::BreakerLayer, Breaker};
+/// use tower::{Layer, Service, ServiceExt};
+///
+/// let breaker = Breaker::builder().name("pricing").build()?;
+/// let mut client = BreakerLayer::new(breaker)
+///     .timeout(Duration::from_millis(500))?
+///     .layer(reqwest::Client::new());
+/// let request = reqwest::Request::new(reqwest::Method::GET, "http://pricing.internal/quote".parse()?);
+/// match client.ready().await?.call(request).await {
+///     Ok(response) => println!("{}", response.status()),
+///     Err(refused) => println!("not sent: {refused} (retry after {:?})", refused.retry_after()),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+impl Classify<reqwest::Response> for ServerErrors {
+    #[inline]
+    fn is_failure(&self, response: &reqwest::Response) -> bool {
         response.status().is_server_error()
     }
 }
@@ -213,6 +254,26 @@ impl<E> BreakerError<E> {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             BreakerError::Rejected(r) => r.retry_after(),
+            _ => None,
+        }
+    }
+
+    /// [`retry_after`](Self::retry_after) in whole seconds, rounded up: the
+    /// value of an HTTP `Retry-After` header (`None`: send none).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, tower::BreakerError};
+    /// let clock = ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build().unwrap();
+    /// b.trip_now();
+    /// clock.advance(Duration::from_millis(300));
+    /// let e = BreakerError::<()>::Rejected(b.allow().unwrap_err());
+    /// assert_eq!(e.retry_after_secs(), Some(1));
+    /// ```
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            BreakerError::Rejected(r) => r.retry_after_secs(),
             _ => None,
         }
     }

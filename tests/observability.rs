@@ -271,12 +271,12 @@ fn one_breaker_is_about_two_kilobytes_at_default_settings_on_two_shards() {
     assert!(50 * two <= 102 * 1024, "50 consumers in about 100 KB");
 }
 
-/// The memory figures the README states are the code's, exactly, on the
+/// The memory figures `docs/figures.md` states are the code's, exactly, on the
 /// target they are stated for (x86-64, without `tracing`, whose event
 /// queue every breaker then keeps).
 #[test]
 #[cfg(all(target_arch = "x86_64", not(feature = "tracing")))]
-fn the_readme_s_memory_figures_are_the_code_s() {
+fn the_stated_memory_figures_are_the_code_s() {
     let bytes = |b: tailguard::BreakerBuilder| b.ticker(false).build().unwrap().memory_bytes();
     let one = bytes(Breaker::builder().shards(1));
     let two = bytes(Breaker::builder().shards(2));
@@ -285,7 +285,7 @@ fn the_readme_s_memory_figures_are_the_code_s() {
     let local = bytes(Breaker::builder().shards(2).local_handles(1)) - two;
     let in_flight = (bytes(Breaker::builder().shards(2).track_in_flight(true)) - two) / 2;
     let listener = bytes(Breaker::builder().shards(2).on_transition(|_| {})) - two;
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/figures.md")).unwrap();
     let thousands = |n: usize| {
         let s = n.to_string();
         if n < 1000 {
@@ -305,6 +305,6 @@ fn the_readme_s_memory_figures_are_the_code_s() {
     ];
     let flat = readme.split_whitespace().collect::<Vec<_>>().join(" ");
     for s in stated {
-        assert!(flat.contains(&s), "README.md should state {s:?}");
+        assert!(flat.contains(&s), "docs/figures.md should state {s:?}");
     }
 }
