@@ -27,9 +27,9 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailguard::dlq::{DeadLetterQueue, Priority};
-use tailguard::emit::Emitter;
-use tailguard::{Breaker, Registry, State, Ticker};
+use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
+use tailguard::emit::{Emitted, Emitter};
+use tailguard::{Breaker, Registry, State};
 
 const USAGE: &str = "usage: metrics_server [PORT] [--for SECONDS]";
 
@@ -95,6 +95,11 @@ fn traffic(registry: &Registry, dlq: &DeadLetterQueue<u64>, ledger: &Emitter<u64
         (registry.get("search").expect("registered"), search_call),
     ];
     let pricing = &consumers[0].0;
+    // What nothing could take (a full queue's refusals, what gave way in
+    // it, a replay's last failed attempt): a real router would persist
+    // these; this one counts them.
+    let mut kept = 0u64;
+    let mut keep = |_trigger: u64| kept += 1;
     let start = Instant::now();
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -106,27 +111,36 @@ fn traffic(registry: &Registry, dlq: &DeadLetterQueue<u64>, ledger: &Emitter<u64
                     let (latency, ok) = call(i, t);
                     permit.record_latency(latency, ok);
                 }
-                // The consumer is open: keep the request for later (a real
-                // router would handle what a full queue hands back).
-                Err(_) => {
-                    let _ = dlq.push(i, Priority::Routine);
-                }
+                // The consumer is open: keep the request for later; what a
+                // full queue hands back (the request itself, or an older one
+                // that gave way) is the router's to keep.
+                Err(_) => match dlq.push(i, Priority::Routine) {
+                    Ok(Pushed::Queued) => {}
+                    Ok(Pushed::Displaced(older, _)) => keep(older),
+                    Err(full) => keep(full.into_inner()),
+                },
             }
         }
         // The ledger, through its emitter: what fails is queued, and
         // replayed a few at a time.
-        let _ = ledger.emit_blocking(
+        match ledger.emit_blocking(
             i,
             Priority::Critical,
             |n, _| if n % 100 == 0 { Err(()) } else { Ok(()) },
-        );
-        let _ = ledger.replay_blocking(2, |_, _| Ok::<_, ()>(()));
+        ) {
+            Emitted::Delivered(()) => {}
+            Emitted::Diverted { displaced, .. } => displaced.into_iter().for_each(|(t, _)| keep(t)),
+            Emitted::HandedBack { trigger, .. } => keep(trigger),
+        }
+        let replayed = ledger.replay_blocking(2, |_, _| Ok::<_, ()>(()));
+        replayed.handed_back.into_iter().for_each(|(t, _)| keep(t));
         // Replay the backlog once pricing is closed again.
         if pricing.state() == State::Closed {
             dlq.drain(5, |_, _| {});
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    println!("traffic stopped: {kept} triggers kept by the router (nothing could take them)");
 }
 
 fn respond(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
@@ -217,7 +231,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     assert!(registry.attach_emitter("ledger", &ledger), "ledger is registered");
 
-    let _ticker = Ticker::start()?;
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {
         let (registry, stop) = (registry.clone(), Arc::clone(&stop));

@@ -357,6 +357,7 @@ pub async fn run_strategy(strategy: Strategy, cfg: Config, progress: impl Fn(Str
         let paths = paths.clone();
         let seed = cfg.seed ^ 0x5eed;
         let stop = Arc::clone(&stop);
+        let tally = Arc::clone(&tally);
         Some(tokio::spawn(async move {
             let mut rng = Rng(seed);
             let mut at = Instant::now();
@@ -365,9 +366,13 @@ pub async fn run_strategy(strategy: Strategy, cfg: Config, progress: impl Fn(Str
                 sleep_until(at).await;
                 for (i, path) in paths.iter().enumerate() {
                     if let Path::Emitter(e) = &**path {
-                        let _ = e
+                        let r = e
                             .replay(50, |_| call(behaviour(&mut rng, i, ms_since(Instant::now()), &cfg)))
                             .await;
+                        if r.handed_back.is_some() {
+                            // Its last replay attempt failed: the router keeps it.
+                            tally.lock().unwrap().handed_back += 1;
+                        }
                     }
                 }
             }
@@ -557,15 +562,20 @@ pub async fn run_strategy(strategy: Strategy, cfg: Config, progress: impl Fn(Str
         })
         .collect();
     let (mut replayed, mut still_queued) = (0, 0);
-    let mut handed_back = tally.handed_back;
+    let handed_back = tally.handed_back;
+    let mut replay_handed_back = 0;
     for p in &paths {
         if let Path::Emitter(e) = &**p {
             let s = e.stats();
             replayed += s.replayed;
-            handed_back += s.replay_handed_back;
+            replay_handed_back += s.replay_handed_back;
             still_queued += s.queued as u64 + u64::from(s.pending);
         }
     }
+    debug_assert!(
+        handed_back >= replay_handed_back,
+        "each one replay handed back is in the tally"
+    );
     let sent = tally.emits.len() as u64;
     Report {
         strategy,
