@@ -273,19 +273,22 @@ impl BreakerBuilder {
     ///   When one late tick closes `k` windows at once, their calls are
     ///   judged together and must number at least `k × min_calls`.
     /// * A sparser window is not judged alone (one slow call in a quiet
-    ///   second is not an outage), but its calls feed a sequential test on
-    ///   the slow fraction that runs across windows (a CUSUM of the
-    ///   likelihood ratio of `10 × (1 − q)` slow calls against `1 − q`;
-    ///   the module docs of the trip rule, `src/trip.rs`, give the
-    ///   arithmetic). With the defaults it trips
-    ///   ([`Reason::SparseLatency`](crate::Reason::SparseLatency)) after 6
-    ///   slow calls with no fast one between, 13 with 12 fast ones among
-    ///   them, and so on; a consumer whose slow fraction is well under
-    ///   `1 − q` drifts back to no evidence at all. So a consumer called `r`
-    ///   times a second, every call slow, trips within `6 / r` seconds and
-    ///   one window (3 s at 3 calls a second), and a healthy one at 0.1%
-    ///   slow calls does not trip in days (`tests/breaker.rs` runs 24 hours
-    ///   of it at 3 calls a second).
+    ///   second is not an outage), but the calls of every window feed a
+    ///   sequential test on the slow fraction that runs across windows (a
+    ///   CUSUM of the likelihood ratio of `10 × (1 − q)` slow calls against
+    ///   `1 − q`; see [`Reason::SparseLatency`](crate::Reason::SparseLatency)
+    ///   for the arithmetic). With the defaults it trips after 6 slow calls
+    ///   with no fast one among them, 7 with up to 24 fast ones, 8 with up
+    ///   to 48, and never in fewer than [`trip_windows`](Self::trip_windows)
+    ///   windows (a window adds at most `1 / trip_windows` of the bound); a
+    ///   consumer whose slow fraction is well under `1 − q` drifts back to
+    ///   no evidence at all, and a dense window that does not breach clears
+    ///   it. So a consumer called `r` times a second, every call slow, trips
+    ///   within `max(6 / r, trip_windows)` windows (of 1 s) and one more (3 s
+    ///   at 3 calls a second, 60 s at one call every 10 s), however its rate
+    ///   changes from window to window; a healthy one at 0.1% slow calls
+    ///   does not trip in days (24 hours of it at 3 calls a second are a
+    ///   test of this crate).
     /// * The rolling error rate needs `min_calls` calls over its span
     ///   ([`error_window`](Self::error_window), 10 windows by default).
     ///
@@ -436,7 +439,14 @@ impl BreakerBuilder {
     /// longer than the threshold as slow calls of that window, each exactly
     /// once (default off; costs `allow` and `record` one more CAS each). A
     /// consumer that hangs outright then trips the breaker even when no call
-    /// ever returns. A call that starts while window closes are late by more
+    /// ever returns, as calls keep arriving: each hung call counts once, so
+    /// it takes as many of them as of slow calls that return (`min_calls`
+    /// a window for `trip_windows` windows, or, sparser, the sequential
+    /// test's 6 over 3 windows at the defaults; see
+    /// [`min_calls`](Self::min_calls)). A client whose few calls all hung
+    /// and that sends no more is not tripped by them: give its calls a
+    /// timeout. A counted call that then fails counts as failed too (its
+    /// error, in the window it ends). A call that starts while window closes are late by more
     /// than a window, or while the clock is behind the last close, is not
     /// tracked in flight (it is still counted when it returns).
     ///
@@ -555,12 +565,20 @@ impl BreakerBuilder {
     /// (see [`Ticker`](crate::Ticker)). By default it does, with nothing
     /// else to set up or keep: the breaker keeps the thread running (the
     /// first such breaker starts it, the last one dropped stops it), so a
-    /// breaker built with the defaults judges its windows on time. The
-    /// exceptions are the clocks that are driven by hand: a
-    /// [`ManualClock`](crate::clock::ManualClock) (tests call
-    /// [`Breaker::tick`]) and [`ClockSource::tokio`] (ticked on its runtime
-    /// by [`tick_every`](crate::emit::tick_every)); `ticker(true)` puts
-    /// those on the thread too.
+    /// breaker built with the defaults judges its windows on time. Two
+    /// clocks are the exceptions:
+    ///
+    /// * a [`ManualClock`](crate::clock::ManualClock) is driven by hand,
+    ///   and so is the breaker on it: the test calls [`Breaker::tick`];
+    /// * a breaker on [`ClockSource::tokio`] is ticked by a task on the
+    ///   tokio runtime it is built in, at its own deadlines, on the
+    ///   runtime's clock (paused or not), until the breaker is dropped;
+    ///   built outside a runtime, [`build`](Self::build) fails with
+    ///   [`ConfigErrorKind::NoRuntime`](crate::ConfigErrorKind::NoRuntime)
+    ///   rather than return a breaker that never trips.
+    ///
+    /// `ticker(true)` puts either on the thread instead (which reads the
+    /// real clock: not for a paused tokio clock).
     ///
     /// `ticker(false)`: only [`Breaker::tick`] closes the windows (a
     /// runtime that owns its timers, a thread-per-core server ticking its
@@ -618,12 +636,16 @@ impl BreakerBuilder {
 
     /// Validates every field and builds the breaker; unless it is off the
     /// ticker (see [`ticker`](Self::ticker)), registers it with the
-    /// process's ticker thread, started if it is not running.
+    /// process's ticker thread, started if it is not running (or, on
+    /// tokio's clock, spawns its tick task on the current runtime).
     ///
     /// # Errors
-    /// A [`ConfigError`] naming the first bad field, or one for `"ticker"`
-    /// ([`ConfigErrorKind::TickerThread`](crate::ConfigErrorKind::TickerThread)) if the operating system refused to
-    /// start the ticker thread.
+    /// A [`ConfigError`] naming the first bad field; one for `"ticker"`
+    /// ([`ConfigErrorKind::TickerThread`](crate::ConfigErrorKind::TickerThread))
+    /// if the operating system refused to start the ticker thread; one for
+    /// `"clock"` ([`ConfigErrorKind::NoRuntime`](crate::ConfigErrorKind::NoRuntime))
+    /// for a breaker on tokio's clock built outside a runtime, with the
+    /// ticker not set.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build()?;
@@ -632,7 +654,21 @@ impl BreakerBuilder {
     /// ```
     pub fn build(self) -> Result<Breaker, ConfigError> {
         let name = self.name.clone();
-        let (config, sizes, clock, listener, register) = self.validate()?;
+        let (config, sizes, clock, listener, ticking) = self.validate()?;
+        #[cfg(all(feature = "tokio", not(tailguard_loom)))]
+        let runtime = match ticking {
+            Ticking::Runtime => Some(tokio::runtime::Handle::try_current().map_err(|_| {
+                ConfigError::new(
+                    "clock",
+                    K::NoRuntime,
+                    "a breaker on ClockSource::tokio() is ticked by a task on the tokio runtime it is built in, \
+                     and this thread is in none: build it inside the runtime, or with .ticker(false) and tick it \
+                     yourself (emit::tick_every), or with .ticker(true) for the ticker thread (not under a paused clock)",
+                )
+            })?),
+            _ => None,
+        };
+        let register = ticking == Ticking::Thread;
         #[cfg(not(tailguard_loom))]
         let lease = if register {
             let lease = crate::Ticker::start().map_err(|e| {
@@ -663,37 +699,45 @@ impl BreakerBuilder {
         if register {
             crate::ticker::register(&breaker.inner);
         }
+        #[cfg(all(feature = "tokio", not(tailguard_loom)))]
+        if let Some(runtime) = runtime {
+            crate::emit::tick_on_runtime(&runtime, &breaker);
+        }
         Ok(breaker)
     }
 
     #[allow(clippy::type_complexity)]
-    fn validate(self) -> Result<(Config, Sizes, ClockSource, Vec<Listener>, bool), ConfigError> {
+    fn validate(self) -> Result<(Config, Sizes, ClockSource, Vec<Listener>, Ticking), ConfigError> {
         // Each message names the method and the value given, then the range
         // accepted (and, for a conflict, the other setting, and whether it
         // is a default the caller never set).
-        let span = |field: &'static str, d: Duration, min: Duration, max: Duration| {
+        // `call` is the setter as the caller wrote it, with its arguments.
+        let span_of = |field: &'static str, call: &str, d: Duration, min: Duration, max: Duration| {
             let accepted = format!("accepted: {min:?} to {max:?}");
             if d.is_zero() {
                 Err(ConfigError::new(
                     field,
                     K::Zero,
-                    format!("{field}(0s) must be above zero ({accepted})"),
+                    format!("{call} must be above zero ({accepted})"),
                 ))
             } else if d < min {
                 Err(ConfigError::new(
                     field,
                     K::OutOfRange,
-                    format!("{field}({d:?}) is below the minimum, {min:?} ({accepted})"),
+                    format!("{call} is below the minimum, {min:?} ({accepted})"),
                 ))
             } else if d > max {
                 Err(ConfigError::new(
                     field,
                     K::TooLarge,
-                    format!("{field}({d:?}) is above the maximum, {max:?} ({accepted})"),
+                    format!("{call} is above the maximum, {max:?} ({accepted})"),
                 ))
             } else {
                 Ok(duration_nanos_saturating(d))
             }
+        };
+        let span = |field: &'static str, d: Duration, min: Duration, max: Duration| {
+            span_of(field, &format!("{field}({d:?})"), d, min, max)
         };
         let fraction = |field: &'static str, v: f64| {
             if v.is_nan() {
@@ -761,25 +805,35 @@ impl BreakerBuilder {
         let trip_windows = small("trip_windows", self.trip_windows)?;
         let window_ns = span("window", self.window, MIN_WINDOW, MAX_SPAN)?;
         let error_rate = fraction("error_rate", self.error_rate)?;
-        let windows_in = |field: &'static str, d: Duration| -> Result<u64, ConfigError> {
-            let ns = span(field, d, Duration::from_nanos(1), MAX_SPAN.saturating_mul(1024))?;
-            let n = ns.div_ceil(window_ns);
-            if n > MAX_ROLLING_WINDOWS {
+        // A rolling span: at most `MAX_ROLLING_WINDOWS` windows of the
+        // window length, which the message names (and whether it is the
+        // default).
+        let windows_in = |field: &'static str, call: &str, d: Duration| -> Result<u64, ConfigError> {
+            let max = self.window.saturating_mul(MAX_ROLLING_WINDOWS as u32);
+            let accepted = format!(
+                "accepted: 1ns to {max:?}, {MAX_ROLLING_WINDOWS} windows of {:?}{}",
+                self.window,
+                default_note(self.explicit.window)
+            );
+            let n = d.as_nanos().div_ceil(u128::from(window_ns));
+            if d.is_zero() {
+                Err(ConfigError::new(
+                    field,
+                    K::Zero,
+                    format!("{call} must be above zero ({accepted})"),
+                ))
+            } else if n > u128::from(MAX_ROLLING_WINDOWS) {
                 Err(ConfigError::new(
                     field,
                     K::TooLarge,
-                    format!(
-                        "{field}({d:?}) covers {n} windows of {:?}{}: at most {MAX_ROLLING_WINDOWS}",
-                        self.window,
-                        default_note(self.explicit.window)
-                    ),
+                    format!("{call} covers {n} windows, more than {MAX_ROLLING_WINDOWS} ({accepted})"),
                 ))
             } else {
-                Ok(n)
+                Ok(n as u64)
             }
         };
         let error_windows = match self.error_window {
-            Some(d) => windows_in("error_window", d)?,
+            Some(d) => windows_in("error_window", &format!("error_window({d:?})"), d)?,
             None => 10,
         };
         let failure_count = match self.failure_count {
@@ -792,7 +846,7 @@ impl BreakerBuilder {
             }
             Some((n, within)) => Some((
                 core::num::NonZeroU32::new(n).expect("zero was refused above"),
-                windows_in("failure_count", within)?,
+                windows_in("failure_count", &format!("failure_count({n}, {within:?})"), within)?,
             )),
             None => None,
         };
@@ -898,7 +952,13 @@ impl BreakerBuilder {
             }
             n => n,
         };
-        let flap_ns = span("flapping", self.flapping.1, Duration::from_nanos(1), MAX_BACKOFF)?;
+        let flap_ns = span_of(
+            "flapping",
+            &format!("flapping({}, {:?})", self.flapping.0, self.flapping.1),
+            self.flapping.1,
+            Duration::from_nanos(1),
+            MAX_BACKOFF,
+        )?;
         let ring_len = error_windows.max(failure_count.map_or(1, |(_, w)| w)).max(1) as usize;
 
         let config = Config {
@@ -930,9 +990,28 @@ impl BreakerBuilder {
             ring_len,
         };
         let clock = self.clock.unwrap_or_default();
-        let register = self.register_with_ticker.unwrap_or_else(|| clock.ticked_by_default());
-        Ok((config, sizes, clock, self.listeners, register))
+        let ticking = match self.register_with_ticker {
+            Some(true) => Ticking::Thread,
+            Some(false) => Ticking::ByHand,
+            #[cfg(feature = "tokio")]
+            None if clock.is_tokio() => Ticking::Runtime,
+            None if clock.ticked_by_default() => Ticking::Thread,
+            None => Ticking::ByHand,
+        };
+        Ok((config, sizes, clock, self.listeners, ticking))
     }
+}
+
+/// Who closes a breaker's windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ticking {
+    /// The process's ticker thread.
+    Thread,
+    /// A task on the tokio runtime the breaker is built in (tokio's clock).
+    #[cfg(feature = "tokio")]
+    Runtime,
+    /// Only `Breaker::tick`.
+    ByHand,
 }
 
 fn default_shards() -> usize {

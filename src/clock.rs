@@ -23,8 +23,11 @@ use std::time::Duration;
 
 /// A source of monotonic-ish time, in nanoseconds since an arbitrary origin.
 ///
-/// Implementations must be cheap and must not panic. A value smaller than a
-/// previous one (a step back) is tolerated by the breaker.
+/// Implementations must be cheap and should not panic. A value smaller than
+/// a previous one (a step back) is tolerated by the breaker. A panic is
+/// caught where the breaker reads the clock (the panic hook reports it as
+/// usual) and reads as 0, a step back, so a read that unwinds never leaves
+/// a transition or a window close half done.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -133,7 +136,7 @@ impl ClockSource {
             #[cfg(not(tailguard_loom))]
             Kind::Coarse(c) => c.now_nanos(),
             Kind::Manual(c) => c.now_nanos(),
-            Kind::Custom(c) => c.now_nanos(),
+            Kind::Custom(c) => read_custom(&**c),
             #[cfg(feature = "tokio")]
             Kind::Tokio(origin) => tokio_nanos(*origin, tokio::time::Instant::now()),
         }
@@ -191,6 +194,9 @@ impl ClockSource {
     /// (`#[tokio::test(start_paused = true)]`, `tokio::time::pause`) the
     /// breaker's windows, backoffs and leases move with `tokio::time::advance`
     /// and auto-advance, together with tokio's timers. Feature `tokio`.
+    ///
+    /// A breaker on this clock is ticked by a task on the runtime it is
+    /// built in (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)).
     ///
     /// A reading costs what `tokio::time::Instant::now()` costs (a system
     /// clock read, or a runtime lookup when the `test-util` clock is on).
@@ -250,8 +256,8 @@ impl ClockSource {
     /// on this clock unless told otherwise: yes for the clocks of the
     /// system (precise, coarse) and a clock of the caller's; no for a
     /// [`ManualClock`] (tests drive it, and `tick`, by hand) and for
-    /// tokio's (a thread outside the runtime cannot read a paused clock:
-    /// [`tick_every`](crate::emit::tick_every) ticks it on the runtime).
+    /// tokio's (a thread outside the runtime cannot read a paused clock: a
+    /// task on the runtime the breaker is built in ticks it).
     pub(crate) fn ticked_by_default(&self) -> bool {
         match &self.kind {
             Kind::Manual(_) => false,
@@ -567,6 +573,24 @@ mod coarse {
             f.debug_struct("CoarseClock")
                 .field("now_nanos", &self.now_nanos())
                 .finish()
+        }
+    }
+}
+
+/// A custom clock's reading. A panic in it is caught here, where it
+/// happens, and reads as 0: a step back to before every reading, which the
+/// breaker tolerates. Otherwise a read after a transition's CAS (to date
+/// the OPEN and publish its deadline) or in the middle of a window close
+/// (the in-flight claim, between marking the slots and clearing them)
+/// would leave that step half done: an OPEN with no deadline, slots marked
+/// closing for ever, drained counts lost.
+#[inline]
+fn read_custom(clock: &dyn Clock) -> u64 {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clock.now_nanos())) {
+        Ok(nanos) => nanos,
+        Err(payload) => {
+            crate::events::swallow(payload);
+            0
         }
     }
 }

@@ -500,6 +500,13 @@ impl Shard {
         self.stale.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts the failure of a call a window close already counted (claimed
+    /// in flight): an error whose call is in an earlier window.
+    #[cold]
+    pub(crate) fn error_of_counted(&self) {
+        self.errors.fetch_add(1, Ordering::Release);
+    }
+
     /// Counts one rejection.
     #[inline]
     pub(crate) fn rejected(&self, reason: crate::report::RejectReason) {
@@ -577,6 +584,12 @@ impl LocalShard {
     #[cold]
     pub(crate) fn stale(&self) {
         bump(&self.stale);
+    }
+
+    /// As the shared shard's `error_of_counted`.
+    #[cold]
+    pub(crate) fn error_of_counted(&self) {
+        bump(&self.errors);
     }
 
     /// Counts one rejection. Only the shard's owner may call this.

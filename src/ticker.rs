@@ -199,7 +199,8 @@ impl Ticker {
             .is_some_and(|r| r.shared.alive.load(Ordering::Acquire))
     }
 
-    /// Panics caught on the ticker thread while ticking a breaker, since the
+    /// Panics caught on the ticker thread while ticking a breaker (or dropping
+    /// one whose last handle it held: its listeners' captures), since the
     /// process started (a listener's own panics are caught, and counted, by
     /// its breaker: [`Snapshot::listener_panics`](crate::Snapshot::listener_panics)).
     /// A breaker whose tick panics is ticked again a second later; the other
@@ -318,7 +319,13 @@ fn tick_batch(batch: &mut Vec<Weak<Inner>>, mut done: impl FnMut(Weak<Inner>, u6
                 crate::events::swallow(payload);
                 1_000_000_000
             });
-            drop(inner);
+            // The last handle may be this one (every other was dropped
+            // during the tick): the breaker's drop runs here, and with it
+            // the drops of its listeners' captures, which may panic too.
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(inner))) {
+                PANICS.fetch_add(1, Ordering::Relaxed);
+                crate::events::swallow(payload);
+            }
             done(core::mem::replace(&mut batch[step - MID], Weak::new()), until);
         }
     }

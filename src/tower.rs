@@ -40,7 +40,7 @@
 //!   same poll as the timer fires (a late wake-up) is returned, since it
 //!   exists, but counted as a timeout too. (With `track_in_flight`, a
 //!   request a window close already counted as slow in flight is counted
-//!   once, as slow.)
+//!   once as a call, slow; its timeout then counts as its failure.)
 //! * A rejection carries the breaker's [`retry_after`](BreakerError::retry_after),
 //!   for a `Retry-After` header or a client's backoff.
 //! * **reqwest**: with feature `reqwest`, [`ServerErrors`] judges
@@ -151,11 +151,16 @@ impl<B> Classify<http::Response<B>> for ServerErrors {
 /// A `reqwest` response with a 5xx status is a failure (feature
 /// `reqwest`), so that `reqwest::Client` goes through the layer as it is.
 ///
+/// The layer adds no timeout of its own unless you set one: without
+/// [`BreakerLayer::timeout`], a hung request is bounded only by reqwest's
+/// (`ClientBuilder::timeout`), and the breaker learns of it when it ends
+/// (or, with `track_in_flight`, at each window close it is still running).
+///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use tailguard::{tower::BreakerLayer, Breaker};
+/// use tailguard::{tower::{BreakerError, BreakerLayer}, Breaker};
 /// use tower::{Layer, Service, ServiceExt};
 ///
 /// let breaker = Breaker::builder().name("pricing").build()?;
@@ -165,7 +170,13 @@ impl<B> Classify<http::Response<B>> for ServerErrors {
 /// let request = reqwest::Request::new(reqwest::Method::GET, "http://pricing.internal/quote".parse()?);
 /// match client.ready().await?.call(request).await {
 ///     Ok(response) => println!("{}", response.status()),
-///     Err(refused) => println!("not sent: {refused} (retry after {:?})", refused.retry_after()),
+///     // Not sent: the breaker is open (or its probes are all out).
+///     Err(BreakerError::Rejected(r)) => println!("not sent, retry in {:?}", r.retry_after()),
+///     Err(BreakerError::BulkheadFull) => println!("not sent: too many in flight"),
+///     // Sent, and counted against the consumer.
+///     Err(BreakerError::TimedOut(after)) => println!("no answer within {after:?}"),
+///     Err(BreakerError::Inner(e)) => println!("failed: {e}"),
+///     Err(BreakerError::NotReady(e)) => println!("client not ready: {e}"),
 /// }
 /// # Ok(())
 /// # }

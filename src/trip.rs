@@ -18,26 +18,35 @@
 //! `min_calls` is a minimum of evidence, not of rate. A span with at least
 //! `min_calls` calls per window is judged alone, as above. A sparser span
 //! is not judged alone (one slow call in a quiet second is not an outage),
-//! but its calls feed a sequential test on the slow fraction, across
-//! windows: a CUSUM of Wald's log-likelihood ratio between "a fraction
-//! `p0 = 1 − q` of the calls is slow" (the quantile rule's own limit) and
-//! "a fraction `p1` is" (ten times as many, at most halfway to all:
-//! `p1 = min(10 p0, (1 + p0) / 2)`). Each slow call adds
+//! but every span's calls feed a sequential test on the slow fraction,
+//! across windows: a CUSUM of Wald's log-likelihood ratio between "a
+//! fraction `p0 = 1 − q` of the calls is slow" (the quantile rule's own
+//! limit) and "a fraction `p1` is" (ten times as many, at most halfway to
+//! all: `p1 = min(10 p0, (1 + p0) / 2)`). Each slow call adds
 //! `ln(p1 / p0)` to the evidence, each other call takes
-//! `ln((1 − p0) / (1 − p1))` off it, the evidence never goes below zero,
-//! and it trips ([`Reason::SparseLatency`]) when it reaches `ln(10^6)`
-//! (Wald's bound for a false-trip rate of one in a million tests at the
-//! limit fraction itself). With the defaults (P99) that is 6 slow calls in
-//! a row, or e.g. 13 with 12 fast calls among them; a healthy consumer
-//! (slow fraction well under 1%) drifts back to zero. A dense span (judged
-//! alone) starts the evidence afresh, as does every transition.
+//! `ln((1 − p0) / (1 − p1))` off it; a window adds at most
+//! `1 / trip_windows` of the bound, so that, like the streak, the test
+//! needs `trip_windows` windows at the least (a burst within one window
+//! trips neither); the evidence never goes below zero, and it trips
+//! ([`Reason::SparseLatency`]) when it reaches `ln(10^6)` (Wald's bound for
+//! a false-trip rate of one in a million tests at the limit fraction
+//! itself). With the defaults (P99: 2.30 nats a slow call, 0.095 a fast
+//! one, a bound of 13.82) that is 6 slow calls with no fast one among
+//! them, 7 with up to 24, 8 with up to 48, over 3 windows at the least; a
+//! healthy consumer (slow fraction well under 1%) drifts back to zero. A
+//! dense span that does not breach (healthy by the rule's own judgement)
+//! starts the evidence afresh, as does every transition; a breaching one
+//! adds to it, so a consumer whose every call is slow trips whatever its
+//! rate does from window to window (dense, sparse, idle).
 //!
 //! So an all-slow consumer at `r` calls a second trips at the first window
-//! close after its sixth slow call: within `6 / r` seconds and one window
-//! (3 s at 3 calls a second, 60 s at one call every 10 s); at 100 calls a
-//! second and above nothing changes (every window is dense). The weights
-//! and the bound are fixed integers (micro-nats) computed once at build, so
-//! every decision is exact and the same on every platform.
+//! close after its sixth slow call and its `trip_windows`-th window:
+//! within `max(6 / r, trip_windows)` windows of 1 s and one more (3 s at 3
+//! calls a second, 60 s at one call every 10 s); at 100 calls a second
+//! and above nothing changes (every window is dense: the streak and the
+//! test reach their bounds at the same close). The weights and the bound
+//! are fixed integers (micro-nats) computed once at build, so every
+//! decision is exact and the same on every platform.
 //!
 //! Every fraction is compared exactly, in integers: a fraction is kept in
 //! parts per billion and `part / whole > limit` is decided as
@@ -93,13 +102,18 @@ impl Sparse {
 
     /// The evidence after a sparse span of `calls` calls, `slow` of them
     /// slow, from `evidence`: the span's log-likelihood ratio added as one
-    /// step (the order of the calls within a window is not known), never
-    /// below zero, and at most the bound (where it trips).
-    fn update(&self, evidence: u32, calls: u64, slow: u64) -> u32 {
+    /// step (the order of the calls within a window is not known) and, if
+    /// it adds, adding at most `cap`; never below zero, and at most the
+    /// bound (where it trips).
+    fn update(&self, evidence: u32, calls: u64, slow: u64, cap: u64) -> u32 {
         let slow = slow.min(calls);
         let up = slow.saturating_mul(self.slow_weight);
         let down = (calls - slow).saturating_mul(self.fast_weight);
-        let e = u64::from(evidence).saturating_add(up).saturating_sub(down);
+        let e = if up >= down {
+            u64::from(evidence).saturating_add((up - down).min(cap))
+        } else {
+            u64::from(evidence).saturating_sub(down - up)
+        };
         e.min(self.bound) as u32
     }
 }
@@ -174,10 +188,17 @@ pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
     } else {
         0
     };
-    let evidence = if dense {
+    // A window adds at most its share of the bound, so that the test, like
+    // the streak, needs `trip_windows` windows at the least: a burst within
+    // one window trips neither.
+    let cap = sparse
+        .bound
+        .div_ceil(u64::from(rule.trip_windows.max(1)))
+        .saturating_mul(windows);
+    let evidence = if dense && !breach {
         0
     } else {
-        sparse.update(w.evidence, w.calls, w.slow)
+        sparse.update(w.evidence, w.calls, w.slow, cap)
     };
     let span_errors = w.span_errors.min(w.span_calls);
     let error_trip =
@@ -246,7 +267,7 @@ mod tests {
         };
         let default = default_rule();
         #[rustfmt::skip]
-        let cases: [(&str, Rule, Input, u8, Option<Reason>); 17] = [
+        let cases: [(&str, Rule, Input, u8, Option<Reason>); 18] = [
             ("exactly 1% slow at P99 is no breach", default, window(100, 1, 0, 0), 0, None),
             ("one slow call over 1% breaches", default, window(100, 2, 0, 0), 1, None),
             ("1% of 1000 is no breach", default, window(1000, 10, 0, 2), 0, None),
@@ -254,7 +275,8 @@ mod tests {
             ("the third breaching window trips", default, window(100, 50, 0, 2), 3, Some(Reason::LatencyBreach)),
             ("a clean window resets the streak", default, window(100, 0, 0, 2), 0, None),
             ("a window under min_calls is not judged alone", default, window(19, 0, 0, 2), 0, None),
-            ("19 slow calls under min_calls: the sequential test trips", default, window(19, 19, 19, 2), 0, Some(Reason::SparseLatency)),
+            ("19 slow calls under min_calls: not in one window of three", default, window(19, 19, 19, 2), 0, None),
+            ("19 slow calls under min_calls: the sequential test trips", one_window, window(19, 19, 19, 0), 0, Some(Reason::SparseLatency)),
             ("min_calls exactly is judged", one_window, window(20, 20, 0, 0), 1, Some(Reason::LatencyBreach)),
             ("a window without calls never breaches", Rule { min_calls: 0, ..one_window }, window(0, 0, 0, 0), 0, None),
             ("exactly half the errors is no trip", default, window(20, 0, 10, 0), 0, None),
@@ -397,12 +419,18 @@ mod tests {
         assert_eq!(p50.fast_weight, 693_147); // ln(0.5 / 0.25)
     }
 
-    /// Evidence is carried across sparse windows: six slow calls trip,
-    /// five do not, however they are spread; fast calls wear it down; it
-    /// never goes below zero; a dense window or a trip starts it afresh.
+    /// Evidence is carried across windows: six slow calls trip, five do
+    /// not, however they are spread, but never in fewer windows than
+    /// `trip_windows`; fast calls wear it down; it never goes below zero; a
+    /// healthy dense window or a trip starts it afresh, a breaching dense
+    /// window adds to it.
     #[test]
-    fn the_sequential_test_across_sparse_windows() {
+    fn the_sequential_test_across_windows() {
         let rule = default_rule();
+        let one_window = Rule {
+            trip_windows: 1,
+            ..rule
+        };
         let w = |calls, slow, evidence| Input {
             calls,
             slow,
@@ -411,8 +439,9 @@ mod tests {
             evidence,
             ..Input::default()
         };
-        // Six slow calls: in one window, or one a window.
-        let v = judge(&rule, &w(6, 6, 0));
+        // Six slow calls: in one window (with trip_windows 1), or one a
+        // window.
+        let v = judge(&one_window, &w(6, 6, 0));
         assert_eq!((v.trip, v.evidence), (Some(Reason::SparseLatency), 0));
         let mut evidence = 0;
         for i in 1..=6 {
@@ -421,27 +450,88 @@ mod tests {
             assert_eq!(v.trip.is_some(), i == 6, "slow call {i}");
         }
         assert_eq!(evidence, 0, "a trip starts it afresh");
-        // Five slow calls do not; one fast call among six slow is not enough
-        // to stop the sixth tripping (6 × 2.30 − 0.095 is still short), but
-        // two fast calls bring five slow ones down.
-        let five = judge(&rule, &w(5, 5, 0));
+        // A window adds at most a third of the bound (trip_windows 3): the
+        // third all-slow window trips, whatever the first two held.
+        let cap = 13_815_510u32.div_ceil(3);
+        let mut evidence = 0;
+        for i in 1..=3 {
+            let v = judge(&rule, &w(19, 19, evidence));
+            assert_eq!(
+                (v.trip.is_some(), v.evidence),
+                (i == 3, if i == 3 { 0 } else { i * cap }),
+                "window {i}"
+            );
+            evidence = v.evidence;
+        }
+        // A window of five spanning two closes adds at most two thirds.
+        let two = Input {
+            windows: 2,
+            ..w(19, 19, 0)
+        };
+        assert_eq!(judge(&rule, &two).evidence, 2 * cap);
+        // Five slow calls do not trip; one fast call among six slow stops
+        // the sixth (6 × 2.30 − 0.095 is short of 13.82), and it takes 25
+        // fast calls to stop seven.
+        let five = judge(&one_window, &w(5, 5, 0));
         assert_eq!((five.trip, five.evidence), (None, 5 * 2_302_585));
-        // At most the bound, whatever a span holds.
         assert_eq!(judge(&rule, &w(19, 19, u32::MAX)).trip, Some(Reason::SparseLatency));
         assert_eq!(
-            judge(&rule, &w(7, 6, 0)).trip,
+            judge(&one_window, &w(7, 6, 0)).trip,
             None,
             "six slow, one fast: 13.72 < 13.82"
         );
-        assert_eq!(judge(&rule, &w(8, 7, 0)).trip, Some(Reason::SparseLatency));
+        let sparse_one = Rule {
+            min_calls: 100,
+            ..one_window
+        };
+        assert_eq!(
+            judge(&sparse_one, &w(31, 7, 0)).trip,
+            Some(Reason::SparseLatency),
+            "seven slow, 24 fast"
+        );
+        assert_eq!(judge(&sparse_one, &w(32, 7, 0)).trip, None, "seven slow, 25 fast");
         // Never below zero: a long healthy stretch does not bank credit.
         assert_eq!(judge(&rule, &w(19, 0, 100)).evidence, 0);
-        assert_eq!(judge(&rule, &w(6, 6, 0)).trip, Some(Reason::SparseLatency));
-        // A dense window starts it afresh (and is judged alone).
+        // A healthy dense window starts it afresh (and is judged alone)...
         let dense = judge(&rule, &w(20, 0, 5 * 2_302_585));
         assert_eq!((dense.trip, dense.evidence), (None, 0));
+        // ... a breaching one adds to it (all slow, whatever their rate).
+        let breaching = judge(&rule, &w(20, 20, 0));
+        assert_eq!((breaching.breaches, breaching.evidence), (1, cap));
         // A window without calls leaves it as it was.
         assert_eq!(judge(&rule, &w(0, 0, 1234)).evidence, 1234);
+    }
+
+    /// An all-slow consumer whose traffic changes between dense and sparse
+    /// windows (or pauses) trips all the same: the streak breaks at each
+    /// sparse window, but the sequential test goes on.
+    #[test]
+    fn an_all_slow_consumer_trips_whatever_its_rate_does() {
+        let rule = default_rule();
+        for pattern in [[20u64, 5, 20, 5], [20, 20, 0, 20], [5, 20, 0, 5], [100, 1, 100, 1]] {
+            let (mut breaches, mut evidence, mut tripped) = (0, 0, None);
+            for (i, &calls) in pattern.iter().cycle().take(8).enumerate() {
+                let v = judge(
+                    &rule,
+                    &Input {
+                        calls,
+                        slow: calls,
+                        windows: 1,
+                        span_calls: calls,
+                        breaches,
+                        evidence,
+                        ..Input::default()
+                    },
+                );
+                (breaches, evidence) = (v.breaches, v.evidence);
+                if v.trip.is_some() {
+                    tripped = Some(i + 1);
+                    break;
+                }
+            }
+            let by = tripped.unwrap_or_else(|| panic!("{pattern:?} never tripped"));
+            assert!((3..=4).contains(&by), "{pattern:?}: window {by}");
+        }
     }
 
     #[test]

@@ -400,3 +400,117 @@ fn a08_allow_rejects_without_overflow_when_the_deadline_passes_i64_max() {
         "allow() on an OPEN breaker panicked (arithmetic overflow) instead of rejecting"
     );
 }
+
+// ---------------------------------------------- a custom clock that panics
+// (from a hostile review of issue 16). `Clock` says it should not; a panic
+// is caught at the read and reads as 0 (a step back), so that no step of
+// the breaker is left half done by it.
+
+/// A clock whose `nth` read from now panics, once.
+#[derive(Clone, Default)]
+struct OnePanicClock {
+    nanos: Arc<std::sync::atomic::AtomicU64>,
+    countdown: Arc<AtomicUsize>,
+}
+
+impl OnePanicClock {
+    fn source(&self) -> tailguard::clock::ClockSource {
+        tailguard::clock::ClockSource::custom(Arc::new(self.clone()))
+    }
+    fn advance(&self, by: Duration) {
+        self.nanos.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+    }
+    fn panic_at_read(&self, nth: usize) {
+        self.countdown.store(nth, Ordering::SeqCst);
+    }
+    fn panicked(&self) -> bool {
+        self.countdown.load(Ordering::SeqCst) == 0
+    }
+}
+
+impl tailguard::clock::Clock for OnePanicClock {
+    fn now_nanos(&self) -> u64 {
+        let due = self
+            .countdown
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok_and(|n| n == 1);
+        if due {
+            panic!("a transient clock fault (expected by this test)");
+        }
+        self.nanos.load(Ordering::SeqCst)
+    }
+}
+
+fn panicking_clock_breaker(clock: &OnePanicClock) -> BreakerBuilder {
+    Breaker::builder().clock(clock.source()).ticker(false)
+}
+
+/// The read after `trip_now`'s CAS (dating the OPEN, publishing its
+/// deadline) panics: the breaker is OPEN with a deadline all the same, and
+/// probes when it ends (it once stayed OPEN for ever).
+#[test]
+fn a_clock_panic_right_after_a_trip_leaves_an_open_that_ends() {
+    let clock = OnePanicClock::default();
+    let b = panicking_clock_breaker(&clock).build().unwrap();
+    clock.advance(10 * SEC);
+    b.tick();
+    clock.panic_at_read(1);
+    b.trip_now();
+    assert!(clock.panicked(), "the read panicked");
+    assert_eq!(b.state(), State::Open);
+    assert!(b.snapshot().next_probe_in.is_some(), "{:?}", b.snapshot());
+    clock.advance(2 * SEC);
+    b.tick();
+    assert!(b.allow().is_ok(), "{:?}", b.snapshot());
+}
+
+/// The same after a failed probe's re-open.
+#[test]
+fn a_clock_panic_in_a_failed_probes_verdict_leaves_an_open_that_ends() {
+    let clock = OnePanicClock::default();
+    let b = panicking_clock_breaker(&clock).build().unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    let probe = b.allow().expect("the probe");
+    assert!(probe.is_probe());
+    clock.panic_at_read(1);
+    probe.record_latency(5 * MS, false);
+    assert!(clock.panicked());
+    assert_eq!(b.state(), State::Open);
+    for _ in 0..10 {
+        clock.advance(SEC);
+        b.tick();
+    }
+    assert!(b.allow().is_ok(), "{:?}", b.snapshot());
+}
+
+/// The in-flight claim's read (between marking the slots closing and
+/// clearing the marks) panics: the drained counts are kept, and calls
+/// admitted after it are tracked (they once were not, for ever).
+#[test]
+fn a_clock_panic_during_the_in_flight_claim_loses_nothing() {
+    let clock = OnePanicClock::default();
+    let b = panicking_clock_breaker(&clock)
+        .track_in_flight(true)
+        .trip_windows(1)
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        b.allow().unwrap().record_latency(5 * MS, true);
+    }
+    clock.advance(2 * SEC);
+    clock.panic_at_read(2); // read 1: the close's own; read 2: the claim's
+    b.tick();
+    assert!(clock.panicked());
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.snapshot().totals.calls, 10, "{:?}", b.snapshot().totals);
+    // The consumer now hangs: the calls are claimed in flight and trip it.
+    let hung: Vec<_> = (0..100).map(|_| b.allow().unwrap()).collect();
+    for _ in 0..3 {
+        clock.advance(SEC);
+        b.tick();
+    }
+    assert_eq!(b.snapshot().trip_count, 1, "{:?}", b.snapshot());
+    drop(hung);
+}

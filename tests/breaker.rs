@@ -1409,6 +1409,49 @@ fn errors_from_before_a_trip_never_count_after_the_recovery() {
     assert_eq!(b.state(), State::Closed, "{:?}", b.snapshot());
 }
 
+/// A call counted slow in flight that then fails is a failed call: its
+/// error counts in the totals and toward `failure_count` (from a hostile
+/// review of issue 16: the claim's count swallowed it). The latency rule
+/// is set aside here (a P99.9999999 no window reaches, 255 windows) to show
+/// the count trip alone.
+#[test]
+fn a_call_counted_in_flight_that_then_fails_is_a_failed_call() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .track_in_flight(true)
+        .quantile(1e-9)
+        .trip_windows(255)
+        .failure_count(5, 10 * SEC)
+        .build()
+        .unwrap();
+    next_window(&b, &clock);
+    next_window(&b, &clock);
+    let out: Vec<_> = (0..2).map(|_| b.allow().unwrap()).collect();
+    next_window(&b, &clock); // in flight past the threshold: counted slow
+    assert_eq!(b.snapshot().window.in_flight_slow, 2);
+    clock.advance(SEC);
+    for p in out {
+        p.record(false); // and then they fail
+    }
+    b.tick();
+    let s = b.snapshot();
+    assert_eq!((s.totals.calls, s.totals.slow, s.totals.errors), (2, 2, 2), "{s:?}");
+    // A success counted in flight adds nothing more.
+    let p = b.allow().unwrap();
+    next_window(&b, &clock);
+    p.record(true);
+    next_window(&b, &clock);
+    let t = b.snapshot().totals;
+    assert_eq!((t.calls, t.errors), (3, 2));
+    // Three more failures, counted in flight first: five within 10 s trip.
+    let out: Vec<_> = (0..3).map(|_| b.allow().unwrap()).collect();
+    next_window(&b, &clock);
+    out.into_iter().for_each(|p| p.record(false));
+    next_window(&b, &clock);
+    assert_eq!(b.state(), State::Open, "{:?}", b.snapshot());
+    assert_eq!(b.snapshot().totals.errors, 5);
+}
+
 // ------------------------------------------------------- sparse traffic
 // `min_calls` is a minimum of evidence, not of rate (issue 16).
 
@@ -1436,7 +1479,8 @@ fn a_slow_consumer_at_three_calls_a_second_trips() {
         next_window(&b, &clock);
         elapsed += SEC;
     }
-    // Six slow calls: the second window's close (the docs: 6 / r s and a window).
+    // Six slow calls, three windows: the third close (the docs: max(6 / r,
+    // trip_windows) windows and one more).
     assert!(elapsed <= 3 * SEC, "tripped after {elapsed:?}");
     assert_eq!(seen.lock().unwrap()[0].reason, Reason::SparseLatency);
 }
@@ -1474,9 +1518,79 @@ fn a_healthy_sparse_consumer_never_trips_in_a_day() {
     assert_eq!(b.state(), State::Closed);
 }
 
-/// The sequential test is judged only on sparse windows: at 100 calls a
-/// second the quantile rule alone decides, as before (10% slow: three
-/// breaching windows; 1% slow: never).
+/// Every call slow, at a rate that changes from window to window (dense,
+/// sparse, idle): the streak breaks at each sparse window, but breaching
+/// dense windows feed the sequential test too, so it trips all the same, by
+/// the fourth window with calls (from a hostile review of issue 16: alternating 20 and
+/// 5 calls a second once ran an hour, 45,000 slow calls, without a trip).
+#[test]
+fn an_all_slow_consumer_trips_whatever_its_rate_does() {
+    for pattern in [[20u64, 5], [20, 0], [5, 20], [100, 1]] {
+        let clock = ManualClock::new();
+        let b = builder(&clock).build().unwrap();
+        let (mut windows, mut with_calls) = (0, 0);
+        while b.state() == State::Closed {
+            assert!(
+                windows < 10,
+                "{pattern:?}: not tripped after {windows} windows: {:?}",
+                b.snapshot()
+            );
+            let calls = pattern[windows % 2];
+            traffic(&b, calls, calls, 0);
+            next_window(&b, &clock);
+            windows += 1;
+            with_calls += usize::from(calls > 0);
+        }
+        // Three windows with calls at the least (a window adds at most a
+        // third of the bound), four when one of every two holds one call.
+        assert!(
+            (3..=4).contains(&with_calls),
+            "{pattern:?}: tripped at window {windows}"
+        );
+    }
+}
+
+/// The docs' figures for the test at the defaults: 7 slow calls trip with
+/// up to 24 fast ones among them, not with 25; slow and fast alternating one
+/// a window, the seventh slow call trips (from a hostile review of issue 16:
+/// the docs said 13 with 12 fast, which no arrangement reaches).
+#[test]
+fn the_sequential_tests_figures_hold() {
+    let run = |fast_before: u64| {
+        let clock = ManualClock::new();
+        let b = builder(&clock).min_calls(100).build().unwrap();
+        // Over three windows (a window adds at most a third of the bound),
+        // the fast calls with the last slow ones (before them, they could
+        // not take the evidence below zero), no window dense.
+        traffic(&b, 2, 2, 0);
+        next_window(&b, &clock);
+        traffic(&b, 2, 2, 0);
+        next_window(&b, &clock);
+        traffic(&b, 3 + fast_before, 3, 0);
+        next_window(&b, &clock);
+        b.snapshot().trip_count
+    };
+    assert_eq!(run(24), 1, "7 slow with 24 fast trip");
+    assert_eq!(run(25), 0, "7 slow with 25 fast do not");
+
+    let clock = ManualClock::new();
+    let b = builder(&clock).build().unwrap();
+    let mut slow = 0;
+    for i in 0..25 {
+        let slow_call = i % 2 == 0;
+        traffic(&b, 1, u64::from(slow_call), 0);
+        slow += u64::from(slow_call);
+        next_window(&b, &clock);
+        if b.state() == State::Open {
+            break;
+        }
+    }
+    assert_eq!((b.state(), slow), (State::Open, 7));
+}
+
+/// At 100 calls a second the quantile rule decides, as before (10% slow:
+/// three breaching windows; 1% slow: never): the sequential test reaches
+/// its bound no sooner than the streak.
 #[test]
 fn dense_traffic_is_judged_by_the_quantile_rule_alone() {
     for (slow_per_100, trips_after) in [(10, Some(3)), (1, None)] {

@@ -645,3 +645,89 @@ async fn a_call_future_panicking_in_its_drop_queues_its_trigger() {
         "trigger 7 was neither queued nor counted as dropped in a panic: {s:?}"
     );
 }
+
+// ---- a breaker on tokio's clock ticks on its own runtime ----
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_on_tokios_clock_built_with_the_defaults_trips_by_itself() {
+    let b = Breaker::builder()
+        .clock(ClockSource::tokio())
+        .window(Duration::from_secs(1))
+        .latency_threshold(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    while b.state() == State::Closed && Instant::now() - t0 < Duration::from_secs(10) {
+        // A consumer that answers every call in 300 ms, with nobody calling
+        // `tick`: the task on this runtime closes the windows.
+        for _ in 0..50 {
+            if let Ok(p) = b.allow() {
+                p.record_latency(300 * MS, true);
+            }
+        }
+        sleep(100 * MS).await;
+    }
+    assert_eq!(b.state(), State::Open, "{:?}", b.snapshot());
+    // Three slow windows (the default `trip_windows`) end at 3 s; the trip
+    // is that third close, on time (the loop notices within 100 ms).
+    let tripped = Instant::now() - t0;
+    assert!(
+        tripped >= Duration::from_secs(3) && tripped <= Duration::from_millis(3_100),
+        "{tripped:?}"
+    );
+    // And it half-opens at the end of its backoff, by itself too.
+    sleep(Duration::from_secs(120)).await;
+    assert_ne!(b.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_tick_task_ends_with_the_breaker() {
+    let alive = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let before = alive();
+    let b = Breaker::builder().clock(ClockSource::tokio()).build().unwrap();
+    assert_eq!(alive(), before + 1, "one task ticks it");
+    let other = b.clone();
+    drop(b);
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(alive(), before + 1, "a clone keeps it ticking");
+    assert!(other.snapshot().window.closed_at >= Duration::from_secs(4));
+    drop(other);
+    tokio::task::yield_now().await;
+    assert_eq!(alive(), before, "aborted with the last handle, not a window later");
+}
+
+#[test]
+fn a_breaker_on_tokios_clock_built_outside_a_runtime_says_so() {
+    let err = Breaker::builder().clock(ClockSource::tokio()).build().unwrap_err();
+    assert_eq!(err.kind(), tailguard::ConfigErrorKind::NoRuntime);
+    assert_eq!(err.field(), "clock");
+    let msg = err.to_string();
+    assert!(msg.contains("ticker(false)") && msg.contains("runtime"), "{msg}");
+    // Either way out is accepted.
+    Breaker::builder()
+        .clock(ClockSource::tokio())
+        .ticker(false)
+        .build()
+        .unwrap();
+    Breaker::builder()
+        .clock(ClockSource::tokio())
+        .ticker(true)
+        .build()
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_listener_does_not_stop_the_tick_task() {
+    let b = Breaker::builder()
+        .clock(ClockSource::tokio())
+        .window(Duration::from_secs(1))
+        .base_backoff(Duration::from_secs(1))
+        .on_transition(|_| panic!("listener"))
+        .build()
+        .unwrap();
+    b.trip_now();
+    sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(b.state(), State::HalfOpen, "the backoff end was still ticked");
+    sleep(Duration::from_secs(3)).await;
+    assert!(b.snapshot().window.closed_at >= Duration::from_secs(4));
+}

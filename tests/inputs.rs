@@ -165,6 +165,60 @@ fn one_step_past_either_end_is_an_error_naming_the_field() {
     );
 }
 
+/// What an error says is accepted is accepted, and a two-argument setter is
+/// quoted with both arguments (from a hostile review of issue 16: the
+/// rolling spans' messages gave a maximum a thousand times the real one,
+/// which depends on the window, and `flapping(5, 0s)` was quoted as
+/// `flapping(0s)`).
+#[test]
+fn an_errors_accepted_range_is_accepted_and_its_call_is_quoted_whole() {
+    let err = Breaker::builder().error_window(1025 * SEC).build().unwrap_err();
+    assert!(
+        err.reason().starts_with("error_window(1025s) covers 1025 windows"),
+        "{err}"
+    );
+    assert!(
+        err.reason()
+            .contains("accepted: 1ns to 1024s, 1024 windows of 1s, its default"),
+        "{err}"
+    );
+    Breaker::builder().error_window(1024 * SEC).build().unwrap();
+    let err = Breaker::builder()
+        .window(10 * MS)
+        .failure_count(5, 20 * SEC)
+        .build()
+        .unwrap_err();
+    assert!(
+        err.reason().starts_with("failure_count(5, 20s) covers 2000 windows"),
+        "{err}"
+    );
+    assert!(
+        err.reason().contains("accepted: 1ns to 10.24s, 1024 windows of 10ms)"),
+        "{err}"
+    );
+    Breaker::builder()
+        .window(10 * MS)
+        .failure_count(5, 10240 * MS)
+        .build()
+        .unwrap();
+    for (err, call) in [
+        (
+            Breaker::builder().flapping(5, Duration::ZERO).build().unwrap_err(),
+            "flapping(5, 0ns)",
+        ),
+        (
+            Breaker::builder().flapping(5, DAY + NS).build().unwrap_err(),
+            "flapping(5, 86400.000000001s)",
+        ),
+        (
+            Breaker::builder().failure_count(5, Duration::ZERO).build().unwrap_err(),
+            "failure_count(5, 0ns)",
+        ),
+    ] {
+        assert!(err.reason().starts_with(call), "{call}: {err}");
+    }
+}
+
 #[test]
 fn a_queue_at_its_largest_capacity_fills_and_empties() {
     let q = DeadLetterQueue::with_capacity(MAX_CAPACITY).unwrap();

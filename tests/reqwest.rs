@@ -214,3 +214,107 @@ async fn a_reqwest_middleware_client_with_the_breaker_middleware() {
     });
     scenario(&clock, &b, &server, send).await;
 }
+
+// -------------------- the middleware and the rest of the chain after it
+// (from a hostile review of issue 16)
+
+/// A breaker that judges 5 calls in a minute's window (no server needed:
+/// the chain after the breaker's middleware answers).
+fn chain_breaker(clock: &ManualClock) -> Breaker {
+    Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .window(Duration::from_secs(60))
+        .error_window(Duration::from_secs(60))
+        .trip_windows(1)
+        .min_calls(5)
+        .build()
+        .unwrap()
+}
+
+/// A middleware that panics.
+struct Panics;
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for Panics {
+    async fn handle(
+        &self,
+        _: reqwest::Request,
+        _: &mut http::Extensions,
+        _: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        panic!("a middleware bug (expected by this test)")
+    }
+}
+
+/// A middleware that refuses every request itself (a client-side rate
+/// limit): nothing is sent.
+struct RefusesLocally(Arc<AtomicU64>);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for RefusesLocally {
+    async fn handle(
+        &self,
+        _: reqwest::Request,
+        _: &mut http::Extensions,
+        _: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(reqwest_middleware::Error::middleware(std::io::Error::other(
+            "client-side rate limit: not sent",
+        )))
+    }
+}
+
+/// A panic after the breaker's middleware is a failed call (as a panic of
+/// a tower layer's inner service is), and goes on to the caller.
+#[tokio::test]
+async fn a_panic_after_the_middleware_counts_as_a_failed_call() {
+    let clock = ManualClock::new();
+    let b = chain_breaker(&clock);
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(BreakerMiddleware::new(b.clone()))
+        .with(Panics)
+        .build();
+    for _ in 0..20 {
+        let c = client.clone();
+        let r = tokio::spawn(async move { c.get("http://127.0.0.1:9/").send().await }).await;
+        assert!(r.unwrap_err().is_panic());
+    }
+    clock.advance(Duration::from_secs(60));
+    b.tick();
+    let s = b.snapshot();
+    assert_eq!(
+        (s.window.calls, s.window.errors, s.state),
+        (20, 20, State::Open),
+        "{:?}",
+        s.window
+    );
+}
+
+/// A later middleware's own error (the request never sent) is not a
+/// failure of the consumer: not judged, counted as cancelled.
+#[tokio::test]
+async fn a_later_middlewares_own_error_is_not_judged() {
+    let clock = ManualClock::new();
+    let b = chain_breaker(&clock);
+    let refused = Arc::new(AtomicU64::new(0));
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(BreakerMiddleware::new(b.clone()))
+        .with(RefusesLocally(Arc::clone(&refused)))
+        .build();
+    for _ in 0..20 {
+        let e = client.get("http://127.0.0.1:9/").send().await.unwrap_err();
+        assert!(BreakerMiddleware::refusal(&e).is_none());
+    }
+    assert_eq!(refused.load(Ordering::SeqCst), 20);
+    clock.advance(Duration::from_secs(60));
+    b.tick();
+    let s = b.snapshot();
+    assert_eq!(
+        (s.window.calls, s.window.cancelled, s.state),
+        (0, 20, State::Closed),
+        "{:?}",
+        s.window
+    );
+}

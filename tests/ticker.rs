@@ -343,3 +343,66 @@ fn t03_a_listener_panic_whose_payload_panics_never_kills_the_ticker() {
          another breaker's last close {then:?} -> {now:?} over 200 ms"
     );
 }
+
+/// Something a listener holds whose `Drop` panics (a buggy guard, a
+/// channel wrapper asserting on drop).
+struct PanicOnDrop;
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a listener capture's Drop panics (expected by this test)");
+        }
+    }
+}
+
+/// The user drops its last handle to a breaker while the ticker ticks it
+/// (held in that breaker's listener until the drop is done, to make the
+/// race certain): the ticker's handle is the last, so the breaker's drop
+/// runs on the ticker thread, and a capture whose `Drop` panics must not
+/// take the thread (and every other breaker's ticking) down with it (from a
+/// hostile review of issue 16).
+#[test]
+fn a_breaker_dropped_on_the_ticker_thread_does_not_kill_it() {
+    let _serial = serial();
+    let window = 10 * MS;
+    let good = Breaker::builder().window(window).build().unwrap();
+    let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let inside_tx = Mutex::new(Some(inside_tx));
+    let go_rx = Mutex::new(go_rx);
+    let capture = PanicOnDrop;
+    let panics = Ticker::panics();
+    let bad = Breaker::builder()
+        .window(window)
+        .base_backoff(20 * MS)
+        .on_transition(move |t| {
+            let _keep = &capture;
+            if std::thread::current().name() == Some("tailguard-ticker") && t.to == State::HalfOpen {
+                if let Some(tx) = inside_tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                    let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(5));
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    bad.trip_now(); // the ticker half-opens it 20 ms on
+    inside_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the ticker delivers OPEN -> HALF_OPEN");
+    drop(bad); // the ticker's handle is now the last
+    go_tx.send(()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Ticker::panics() == panics && Instant::now() < deadline {
+        std::thread::sleep(MS);
+    }
+    assert_eq!(Ticker::panics(), panics + 1, "the drop's panic, caught and counted");
+    let then = good.snapshot().window.closed_at;
+    std::thread::sleep(300 * MS);
+    let now = good.snapshot().window.closed_at;
+    assert!(
+        Ticker::is_running() && now >= then + 10 * window,
+        "the other breaker's closes stopped: {then:?} -> {now:?}"
+    );
+}

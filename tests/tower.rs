@@ -776,3 +776,51 @@ async fn many_parked_some_dropped_some_cloned_all_woken_by_one_trip() {
     }
     assert_eq!(calls.load(Ordering::Relaxed), 3);
 }
+
+/// A waker that counts its wakes.
+struct CountingWaker(AtomicUsize);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A task parked on the inner service is woken by a transition into OPEN
+/// (one that refuses: not metrics-only), and by nothing else: transitions
+/// that leave the breaker admitting (forced closed, disabled, a reset, a
+/// metrics-only OPEN) leave it parked, as they must, since it is waiting
+/// for the inner service, not for the breaker.
+#[test]
+fn a_parked_task_is_woken_by_a_refusing_open_and_by_nothing_else() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    let mut svc = BreakerLayer::new(b.clone()).classify(ErrorsOnly).layer(NeverReady);
+    let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+    let waker = Waker::from(Arc::clone(&counter));
+    let mut cx = Context::from_waker(&waker);
+    let wakes = || counter.0.load(Ordering::SeqCst);
+    assert!(svc.poll_ready(&mut cx).is_pending());
+    b.force_closed();
+    b.disable();
+    b.reset();
+    b.metrics_only();
+    b.trip_now(); // OPEN under metrics-only: admits all the same
+    assert_eq!(wakes(), 0, "woken by a transition that still admits");
+    b.reset();
+    assert!(svc.poll_ready(&mut cx).is_pending());
+    assert_eq!(wakes(), 0);
+    b.trip_now();
+    assert_eq!(wakes(), 1, "woken by the trip");
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    // Forced open refuses too (a fresh service: the first is ready now,
+    // and stays so until its call).
+    b.reset();
+    let mut svc = BreakerLayer::new(b.clone()).classify(ErrorsOnly).layer(NeverReady);
+    assert!(svc.poll_ready(&mut cx).is_pending());
+    b.force_open();
+    assert_eq!(wakes(), 2, "woken when forced open");
+}

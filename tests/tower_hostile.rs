@@ -112,8 +112,9 @@ async fn a_response_that_lands_late_with_the_timer_is_returned_and_counted_as_a_
 }
 
 /// With in-flight tracking on, a request that hangs is claimed as slow by
-/// the window close it outlives; its later timeout is not counted again
-/// (counted once, as slow, as the module docs say).
+/// the window close it outlives; its later timeout is not counted as a
+/// second call, but as its failure (once as a call, slow; then failed, as
+/// the module docs say).
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_request_in_flight_tracking_claimed_is_counted_once_as_slow() {
     let b = builder().track_in_flight(true).min_calls(50).build().unwrap();
@@ -135,7 +136,7 @@ async fn a_timed_out_request_in_flight_tracking_claimed_is_counted_once_as_slow(
     tokio::time::advance(100 * MS).await;
     b.tick();
     let t = b.snapshot().totals;
-    assert_eq!((t.calls, t.errors, t.slow), (1, 0, 1), "counted once, as slow: {t:?}");
+    assert_eq!((t.calls, t.errors, t.slow), (1, 1, 1), "one call, slow, failed: {t:?}");
 }
 
 // ---------------------------------------------------------------------------

@@ -126,6 +126,11 @@ pub(crate) struct Inner {
     /// (or a `Ticker` handle) lives, and stops with the last one.
     #[cfg(not(tailguard_loom))]
     _ticker: Option<crate::Ticker>,
+    /// The task ticking a breaker on tokio's clock on the runtime it was
+    /// built in (set once, just after construction), aborted with the
+    /// breaker.
+    #[cfg(all(feature = "tokio", not(tailguard_loom)))]
+    pub(crate) runtime_ticks: std::sync::OnceLock<crate::emit::AbortOnDrop>,
 }
 
 impl fmt::Debug for Inner {
@@ -246,6 +251,8 @@ impl Breaker {
             open_watch: OpenWatch::new(),
             #[cfg(not(tailguard_loom))]
             _ticker: ticker,
+            #[cfg(all(feature = "tokio", not(tailguard_loom)))]
+            runtime_ticks: std::sync::OnceLock::new(),
             flaps: Mutex::new(Flaps {
                 times: flap_times,
                 pos: 0,
@@ -655,6 +662,20 @@ impl Breaker {
     #[cfg(feature = "tokio")]
     pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
         Arc::downgrade(&self.inner)
+    }
+
+    /// Ticks, and says how long until the next deadline (as the ticker
+    /// thread does).
+    #[cfg(all(feature = "tokio", not(tailguard_loom)))]
+    pub(crate) fn tick_and_next(&self) -> u64 {
+        self.inner.tick_for_ticker()
+    }
+
+    /// Keeps the task that ticks this breaker on its runtime, to abort it
+    /// when the breaker is dropped.
+    #[cfg(all(feature = "tokio", not(tailguard_loom)))]
+    pub(crate) fn hold_runtime_ticks(&self, task: crate::emit::AbortOnDrop) {
+        let _ = self.inner.runtime_ticks.set(task);
     }
 
     /// The breaker behind `weak`, if it is still alive.

@@ -110,6 +110,16 @@ impl Sink<'_> {
             Sink::Local(shard) => shard.stale(),
         }
     }
+
+    /// The failure of a call window close counted already (in flight, as
+    /// a slow call of an earlier window): its error, without the call.
+    #[cold]
+    fn error_of_counted(self, inner: &Inner) {
+        match self {
+            Sink::Shared => inner.shards.mine().error_of_counted(),
+            Sink::Local(shard) => shard.error_of_counted(),
+        }
+    }
 }
 
 impl Core<'_> {
@@ -176,6 +186,10 @@ impl Core<'_> {
             } else {
                 sink.stale(self.inner);
             }
+        } else if !ok && self.tag.is_current(self.inner.state.load()) {
+            // Counted in flight as slow: its failure counts too (in the
+            // errors, the error rate's span and the failure count).
+            sink.error_of_counted(self.inner);
         }
     }
 

@@ -215,8 +215,12 @@ impl<T> Emitter<T> {
     /// does not use up an attempt. If `call` panics, the trigger is kept
     /// (one attempt used) and the panic resumes.
     ///
-    /// One replay runs at a time per emitter; another one meanwhile returns
-    /// at once with [`ReplayStop::Busy`].
+    /// One replay runs at a time per emitter, and it makes one call at a
+    /// time, in order: a replay of `max` triggers through a consumer taking
+    /// `d` per call takes `max × d`. Another replay meanwhile returns at once
+    /// with [`ReplayStop::Busy`]. To drain a deep queue faster, call it
+    /// again as each returns, or [`drain`](Self::drain) into your own
+    /// concurrent sender.
     ///
     /// ```
     /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitter, ReplayStop}};

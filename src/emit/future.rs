@@ -264,7 +264,8 @@ impl<T> Emitter<T> {
     }
 
     /// As [`replay_blocking`](Self::replay_blocking), with async calls cut
-    /// at the emitter's timeout. Dropping the returned future mid-call puts
+    /// at the emitter's timeout: one call at a time, each awaited before
+    /// the next is popped. Dropping the returned future mid-call puts
     /// the trigger in flight back at the head of the queue (no attempt
     /// used). A trigger that fails after [`shutdown`](Self::shutdown) is
     /// handed back in [`Replayed::handed_back`] (the queue no longer takes
@@ -372,12 +373,12 @@ impl<T> Emitter<T> {
 /// Spawns a task on the current tokio runtime that ticks `breaker` every
 /// `period` ([`Breaker::tick`]), and ends when the breaker is dropped.
 ///
-/// For a breaker on [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
-/// under a paused clock (tests with `start_paused`): the
-/// [`Ticker`](crate::Ticker) thread runs outside the runtime and reads the
-/// real clock, so such a breaker is built with `ticker(false)` and ticked
-/// here, on the runtime whose clock it follows. On a clock that is not
-/// paused either way works.
+/// A breaker on [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
+/// built inside a runtime is ticked there already, at its own deadlines
+/// (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)); this is
+/// for one built with `ticker(false)` (outside a runtime, say, or to tick
+/// on a runtime other than the one it was built in, at a period of your
+/// choosing).
 ///
 /// Must be called from within a tokio runtime.
 ///
@@ -411,4 +412,36 @@ pub fn tick_every(breaker: &Breaker, period: Duration) -> tokio::task::JoinHandl
             }
         }
     })
+}
+
+/// A task's abort handle that aborts it when dropped.
+pub(crate) struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Ticks a breaker on tokio's clock on `runtime` at each of its own
+/// deadlines (window end, backoff end), as the ticker thread ticks the
+/// others; aborted when the breaker is dropped (see
+/// `BreakerBuilder::ticker`).
+#[cfg(not(tailguard_loom))]
+pub(crate) fn tick_on_runtime(runtime: &tokio::runtime::Handle, breaker: &Breaker) {
+    let weak = breaker.downgrade();
+    let task = runtime.spawn(async move {
+        loop {
+            let until = match Breaker::upgrade(&weak) {
+                // As on the ticker thread: a panic in a tick (a listener's
+                // is caught already; a custom clock's is not possible on
+                // tokio's) must not end the ticking.
+                Some(b) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.tick_and_next()))
+                    .unwrap_or(1_000_000_000),
+                None => return,
+            };
+            tokio::time::sleep(Duration::from_nanos(until.max(1_000_000))).await;
+        }
+    });
+    breaker.hold_runtime_ticks(AbortOnDrop(task.abort_handle()));
 }

@@ -97,6 +97,8 @@ mod metrics;
 
 #[cfg(feature = "tokio")]
 pub use future::tick_every;
+#[cfg(all(feature = "tokio", not(tailguard_loom)))]
+pub(crate) use future::{tick_on_runtime, AbortOnDrop};
 pub use metrics::EmitTimes;
 
 use crate::breaker::Breaker;
@@ -594,6 +596,29 @@ impl EmitterStats {
             + self.displaced
             + self.queued as u64
             + u64::from(self.pending)
+    }
+
+    /// Triggers handed back to your code to keep (persist, re-send): by
+    /// emits the queue could not take (full, or shut down), by pushes that
+    /// displaced them, and by replay after their last attempt. Those a
+    /// [`drain`](Emitter::drain) or [`shutdown`](Emitter::shutdown) sink
+    /// took are in [`drained`](Self::drained) instead. A trigger displaced
+    /// while a panicking call unwound was dropped, not handed back (see
+    /// [`dropped_in_panics`](Self::dropped_in_panics)).
+    ///
+    /// ```
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Emitter, Emitted}};
+    /// let b = Breaker::builder().build()?;
+    /// let e = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(1)?).build()?;
+    /// b.trip_now();
+    /// let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(())); // queued
+    /// let full = e.emit_blocking(2, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// assert!(matches!(full, Emitted::HandedBack { trigger: 2, .. }));
+    /// assert_eq!(e.stats().handed_back(), 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn handed_back(&self) -> u64 {
+        self.handed_back_full + self.handed_back_shut_down + self.displaced + self.replay_handed_back
     }
 }
 

@@ -6,6 +6,7 @@ use crate::breaker::Breaker;
 use crate::bulkhead::Bulkhead;
 use core::convert::Infallible;
 use core::fmt;
+use core::task::Poll;
 use reqwest_middleware::reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -20,9 +21,23 @@ use std::time::Duration;
 /// to the breaker, judged by a [`Classify`] (5xx responses and transport
 /// errors fail, by default). A request future dropped before it completes
 /// gives its permit back (a probe's slot included) and its bulkhead slot.
+/// A panic of the rest of the chain counts as a failed call, and goes on
+/// to the caller. An error that a middleware after this one makes of its
+/// own (`reqwest_middleware::Error::Middleware`: a local rate limit, a
+/// request it refused) is not judged, since the request may never have
+/// been sent: the permit is cancelled, as
+/// [`on_cancel`](crate::BreakerBuilder::on_cancel) says.
 /// The latency is measured on the breaker's clock, from the permit to the
 /// response's headers; put the middleware first for it to time the whole
 /// chain after it.
+///
+/// It sets no timeout: a hung request is bounded by reqwest's own
+/// (`reqwest::ClientBuilder::timeout`, a transport error, so a failure
+/// here), or by a `tokio::time::timeout` around `send()` (dropping the
+/// future cancels the permit, which counts as
+/// [`on_cancel`](crate::BreakerBuilder::on_cancel) says). Set one: a
+/// request that never ends is judged only if the breaker
+/// [tracks calls in flight](crate::BreakerBuilder::track_in_flight).
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
@@ -30,7 +45,8 @@ use std::time::Duration;
 /// use tailguard::{tower::BreakerMiddleware, Breaker};
 ///
 /// let breaker = Breaker::builder().name("pricing").build()?;
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+/// let http = reqwest::Client::builder().timeout(std::time::Duration::from_millis(500)).build()?;
+/// let client = reqwest_middleware::ClientBuilder::new(http)
 ///     .with(BreakerMiddleware::new(breaker))
 ///     .build();
 /// match client.get("http://pricing.internal/quote").send().await {
@@ -166,11 +182,26 @@ where
         };
         let start = permit.start();
         // Dropped here (the caller gave up): the permit cancels, the slot
-        // goes back.
-        let result = next.run(req, extensions).await;
+        // goes back. A panic of the rest of the chain is caught as the tower
+        // layer catches its inner service's: a failed call, and the panic
+        // goes on.
+        let mut run = next.run(req, extensions);
+        let result = core::future::poll_fn(|cx| match catch_unwind(AssertUnwindSafe(|| run.as_mut().poll(cx))) {
+            Ok(Poll::Ready(result)) => Poll::Ready(Ok(result)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic)),
+        })
+        .await;
         let clock = self.breaker.clock();
         let latency = Duration::from_nanos(clock.delta_nanos(start, clock.raw()));
         drop(slot);
+        let result = match result {
+            Ok(result) => result,
+            Err(panic) => {
+                permit.record_latency(latency, false);
+                resume_unwind(panic)
+            }
+        };
         let ok = match &result {
             Ok(response) => match catch_unwind(AssertUnwindSafe(|| self.classify.is_failure(response))) {
                 Ok(failure) => !failure,
@@ -180,7 +211,13 @@ where
                     resume_unwind(panic)
                 }
             },
-            Err(_) => false,
+            Err(reqwest_middleware::Error::Reqwest(_)) => false,
+            // A later middleware's own error: the request may never have
+            // been sent, so it is not judged (cancelled, as `on_cancel` says).
+            Err(_) => {
+                drop(permit);
+                return result;
+            }
         };
         permit.record_latency(latency, ok);
         result

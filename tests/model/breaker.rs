@@ -39,12 +39,14 @@ fn exceeds(part: u64, whole: u64, limit_ppb: u64) -> bool {
     u128::from(part) * PPB > u128::from(whole) * u128::from(limit_ppb)
 }
 
-/// The sequential test of sparse windows, as documented on `min_calls`:
+/// The sequential test across windows, as documented on `min_calls`:
 /// with `p0 = 1 − q` (at least 10^-6, at most 1 − 10^-6) and
 /// `p1 = min(10 p0, (1 + p0) / 2)`, a slow call adds `ln(p1 / p0)`, any
 /// other call takes `ln((1 − p0) / (1 − p1))` off, in micro-nats rounded to
-/// the nearest (at least 1), never below zero; it trips at `ln 10^6`
-/// micro-nats rounded down. Returns (slow weight, fast weight, bound).
+/// the nearest (at least 1), a window adding at most `1 / trip_windows` of
+/// the bound, never below zero, cleared by a dense window that does not
+/// breach; it trips at `ln 10^6` micro-nats rounded down. Returns (slow
+/// weight, fast weight, bound).
 fn sparse_weights(quantile_ppb: u64) -> (u64, u64, u64) {
     let p0 = ((1_000_000_000 - quantile_ppb) as f64 / 1e9).clamp(1e-6, 1.0 - 1e-6);
     let p1 = (10.0 * p0).min((1.0 + p0) / 2.0);
@@ -577,14 +579,15 @@ impl Breaker {
         let dense = counts.calls > 0 && counts.calls >= c.min_calls.saturating_mul(windows);
         let breach = dense && exceeds(counts.slow, counts.calls, 1_000_000_000 - c.quantile_ppb);
         let (slow_weight, fast_weight, bound) = sparse_weights(c.quantile_ppb);
-        self.evidence = if dense {
+        self.evidence = if dense && !breach {
             0
         } else {
             let slow = counts.slow.min(counts.calls);
-            self.evidence
-                .saturating_add(slow.saturating_mul(slow_weight))
-                .saturating_sub((counts.calls - slow).saturating_mul(fast_weight))
-                .min(bound)
+            // A window adds at most 1 / trip_windows of the bound.
+            let cap = bound.div_ceil(u64::from(c.trip_windows.max(1))).saturating_mul(windows);
+            let llr = i128::from(slow.saturating_mul(slow_weight))
+                - i128::from((counts.calls - slow).saturating_mul(fast_weight));
+            (i128::from(self.evidence) + llr.min(i128::from(cap))).clamp(0, i128::from(bound)) as u64
         };
         let breaches = if breach {
             self.breaches.saturating_add(windows.min(255) as u8)
