@@ -701,7 +701,7 @@ impl BreakerBuilder {
         }
         #[cfg(all(feature = "tokio", not(tailguard_loom)))]
         if let Some(runtime) = runtime {
-            crate::emit::tick_on_runtime(&runtime, &breaker);
+            breaker.tick_on(&runtime);
         }
         Ok(breaker)
     }
@@ -799,7 +799,14 @@ impl BreakerBuilder {
             return Err(ConfigError::new(
                 "quantile",
                 K::OutOfRange,
-                format!("quantile({quantile}) must lie in (0, 1]: above 0 (at least 1e-9) and at most 1"),
+                format!(
+                    "quantile({quantile}) must lie in (0, 1]: above 0 (at least 1e-9) and at most 1{}",
+                    if quantile > 1.0 && quantile < 100.0 {
+                        format!(" (a percentile? P{quantile} is quantile({}))", quantile / 100.0)
+                    } else {
+                        String::new()
+                    }
+                ),
             ));
         }
         let trip_windows = small("trip_windows", self.trip_windows)?;

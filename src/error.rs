@@ -9,12 +9,16 @@ use std::borrow::Cow;
 pub enum ConfigErrorKind {
     /// A floating-point value is NaN.
     NotANumber,
-    /// A value is below, or above, the range the field accepts.
+    /// A value is outside the range the field accepts: below its minimum,
+    /// or outside the unit interval for a fraction or a quantile. (Above a
+    /// maximum is [`TooLarge`](Self::TooLarge).)
     OutOfRange,
     /// A value is zero where zero would disable or hang the mechanism.
     Zero,
-    /// A value is so large that arithmetic on it later could overflow, or
-    /// that the storage it asks for could not be allocated.
+    /// A value is above the field's maximum: so large that arithmetic on it
+    /// later could overflow, that the storage it asks for could not be
+    /// allocated, or past a bound the mechanism is built for (a rolling
+    /// span of more than 1024 windows, more than 64 local handles).
     TooLarge,
     /// A value contradicts another field (for example a base backoff above
     /// the maximum backoff).
@@ -87,12 +91,16 @@ impl ConfigError {
     }
 
     /// The same error, for the consumer `name` (a registry's breaker).
+    #[cfg(not(tailguard_loom))]
     pub(crate) fn for_consumer(mut self, name: &str) -> Self {
         self.consumer = Some(name.into());
         self
     }
 
-    /// The builder method that set the rejected value.
+    /// The builder method that set the rejected value; for a constructor
+    /// (`Bulkhead::new`, `DeadLetterQueue::with_capacity`, `Backoff::new`),
+    /// the name of the parameter (`max_in_flight`, `capacity`, ...). The
+    /// message ([`reason`](Self::reason)) quotes the call either way.
     ///
     /// ```
     /// let err = tailguard::Breaker::builder().trip_windows(0).build().unwrap_err();

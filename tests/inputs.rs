@@ -201,6 +201,8 @@ fn an_errors_accepted_range_is_accepted_and_its_call_is_quoted_whole() {
         .failure_count(5, 10240 * MS)
         .build()
         .unwrap();
+    let err = Breaker::builder().quantile(99.0).build().unwrap_err();
+    assert!(err.reason().ends_with("(a percentile? P99 is quantile(0.99))"), "{err}");
     for (err, call) in [
         (
             Breaker::builder().flapping(5, Duration::ZERO).build().unwrap_err(),

@@ -130,7 +130,7 @@ pub(crate) struct Inner {
     /// built in (set once, just after construction), aborted with the
     /// breaker.
     #[cfg(all(feature = "tokio", not(tailguard_loom)))]
-    pub(crate) runtime_ticks: std::sync::OnceLock<crate::emit::AbortOnDrop>,
+    runtime_ticks: std::sync::OnceLock<AbortOnDrop>,
 }
 
 impl fmt::Debug for Inner {
@@ -557,8 +557,9 @@ impl Breaker {
     /// handle), its in-flight slots if tracking is on, its probe leases, its
     /// rolling-window ring, its flapping ring, its event queue (with a
     /// listener or the `tracing` feature) and its name. A listener's own
-    /// captures are not counted. The README gives the figures measured at
-    /// the defaults.
+    /// captures are not counted. The figures measured at the defaults are
+    /// in [`guide::figures`](crate::guide::figures) (2,072 bytes with two
+    /// shards).
     ///
     /// ```
     /// let small = tailguard::Breaker::builder().shards(1).build().unwrap();
@@ -631,7 +632,7 @@ impl Breaker {
     }
 
     /// The waiter `key` is not parked any more.
-    #[cfg(any(feature = "tower", tailguard_loom))]
+    #[cfg(feature = "tower")]
     pub(crate) fn unpark(&self, key: WatchKey) {
         self.inner.open_watch.clear(key);
     }
@@ -664,24 +665,51 @@ impl Breaker {
         Arc::downgrade(&self.inner)
     }
 
-    /// Ticks, and says how long until the next deadline (as the ticker
-    /// thread does).
+    /// Ticks this breaker (on tokio's clock) from a task on `runtime`, at
+    /// each of its own deadlines (window end, backoff end) as the ticker
+    /// thread ticks the others; the task holds no strong handle, and is
+    /// aborted when the breaker is dropped (see `BreakerBuilder::ticker`).
     #[cfg(all(feature = "tokio", not(tailguard_loom)))]
-    pub(crate) fn tick_and_next(&self) -> u64 {
-        self.inner.tick_for_ticker()
-    }
-
-    /// Keeps the task that ticks this breaker on its runtime, to abort it
-    /// when the breaker is dropped.
-    #[cfg(all(feature = "tokio", not(tailguard_loom)))]
-    pub(crate) fn hold_runtime_ticks(&self, task: crate::emit::AbortOnDrop) {
-        let _ = self.inner.runtime_ticks.set(task);
+    pub(crate) fn tick_on(&self, runtime: &tokio::runtime::Handle) {
+        let weak = Arc::downgrade(&self.inner);
+        let task = runtime.spawn(async move {
+            loop {
+                let until = match weak.upgrade() {
+                    // As on the ticker thread: a panic in a tick (a
+                    // listener's is caught already) must not end the
+                    // ticking; nor one in the drop of the last handle.
+                    Some(inner) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                        let until = inner.tick_for_ticker();
+                        drop(inner);
+                        until
+                    }))
+                    .unwrap_or_else(|payload| {
+                        crate::events::swallow(payload);
+                        1_000_000_000
+                    }),
+                    None => return,
+                };
+                tokio::time::sleep(Duration::from_nanos(until.max(1_000_000))).await;
+            }
+        });
+        let _ = self.inner.runtime_ticks.set(AbortOnDrop(task.abort_handle()));
     }
 
     /// The breaker behind `weak`, if it is still alive.
     #[cfg(feature = "tokio")]
     pub(crate) fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Breaker> {
         weak.upgrade().map(|inner| Breaker { inner })
+    }
+}
+
+/// A task's abort handle that aborts it when dropped.
+#[cfg(all(feature = "tokio", not(tailguard_loom)))]
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+#[cfg(all(feature = "tokio", not(tailguard_loom)))]
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -413,35 +413,3 @@ pub fn tick_every(breaker: &Breaker, period: Duration) -> tokio::task::JoinHandl
         }
     })
 }
-
-/// A task's abort handle that aborts it when dropped.
-pub(crate) struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Ticks a breaker on tokio's clock on `runtime` at each of its own
-/// deadlines (window end, backoff end), as the ticker thread ticks the
-/// others; aborted when the breaker is dropped (see
-/// `BreakerBuilder::ticker`).
-#[cfg(not(tailguard_loom))]
-pub(crate) fn tick_on_runtime(runtime: &tokio::runtime::Handle, breaker: &Breaker) {
-    let weak = breaker.downgrade();
-    let task = runtime.spawn(async move {
-        loop {
-            let until = match Breaker::upgrade(&weak) {
-                // As on the ticker thread: a panic in a tick (a listener's
-                // is caught already; a custom clock's is not possible on
-                // tokio's) must not end the ticking.
-                Some(b) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.tick_and_next()))
-                    .unwrap_or(1_000_000_000),
-                None => return,
-            };
-            tokio::time::sleep(Duration::from_nanos(until.max(1_000_000))).await;
-        }
-    });
-    breaker.hold_runtime_ticks(AbortOnDrop(task.abort_handle()));
-}

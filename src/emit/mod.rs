@@ -97,8 +97,6 @@ mod metrics;
 
 #[cfg(feature = "tokio")]
 pub use future::tick_every;
-#[cfg(all(feature = "tokio", not(tailguard_loom)))]
-pub(crate) use future::{tick_on_runtime, AbortOnDrop};
 pub use metrics::EmitTimes;
 
 use crate::breaker::Breaker;
