@@ -1,7 +1,7 @@
-#![cfg(feature = "tower")]
 //! Hostile tests of the tower layer (`src/tower.rs`): each test quotes the
 //! doc sentence it holds the layer to. Run with
 //! `cargo test --features tower --test tower_hostile`.
+#![cfg(feature = "tower")]
 
 use std::future::{pending, Future};
 use std::sync::atomic::{AtomicUsize, Ordering};
