@@ -121,6 +121,13 @@ impl Inner {
                     }
                     return Err(rejected);
                 }
+                Admit::Busy(seen) => {
+                    if word.mode() == Mode::MetricsOnly {
+                        self.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+                        return Ok(self.normal_permit(word, raw));
+                    }
+                    return Err(self.probes_busy(seen, raw));
+                }
             }
         }
     }
@@ -213,10 +220,18 @@ impl Inner {
         if seen.state() != State::HalfOpen || seen.generation() != word.generation() {
             return Admit::Retry(seen);
         }
-        Admit::Reject(Rejected::new(
-            RejectReason::ProbesBusy,
-            self.probes_decided_in(seen, now),
-        ))
+        Admit::Busy(seen)
+    }
+
+    /// The rejection of a caller turned away by the full HALF_OPEN round of
+    /// `seen`, at the reading `raw`, with its retry hint: made by
+    /// `admit_slow`, out of line, so that admitting a probe pays nothing
+    /// for it.
+    #[cold]
+    #[inline(never)]
+    fn probes_busy(&self, seen: Word, raw: u64) -> Rejected {
+        let now = self.now_floored(raw);
+        Rejected::new(RejectReason::ProbesBusy, self.probes_decided_in(seen, now))
     }
 
     /// For a caller turned away by a HALF_OPEN round whose probe slots are
@@ -315,4 +330,6 @@ pub(super) enum Admit<'a> {
     Probe(Core<'a>),
     Retry(Word),
     Reject(Rejected),
+    /// HALF_OPEN with every probe slot of the round of this word taken.
+    Busy(Word),
 }

@@ -105,7 +105,10 @@ impl<T> Ring<T> {
     /// one item of this class in the occupancy word: the item exists (its
     /// producer was admitted), so wait while it is in transit (its producer
     /// between admission and writing it), or while another remover's view
-    /// of the head is ahead of this one's.
+    /// of the head is ahead of this one's. Off the pop's path (a race with
+    /// a displacing producer, or a displacement), so kept out of line.
+    #[cold]
+    #[inline(never)]
     pub(super) fn take_claimed(&self) -> T {
         let mut backoff = 0;
         loop {

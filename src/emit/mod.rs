@@ -1039,7 +1039,9 @@ impl<T> Emitter<T> {
     /// persistent store, another region) instead of replaying it. Returns
     /// how many it handed over. The sink runs with no lock held; a replay
     /// running meanwhile takes its triggers from the same head, so each
-    /// goes one way only.
+    /// goes one way only. While it runs, [`EmitterStats::drained`] moves in
+    /// steps of up to 64 (exact once it returns, or unwinds from a
+    /// panicking sink).
     ///
     /// ```
     /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
@@ -1156,9 +1158,10 @@ impl<T> Inner<T> {
     /// out under a brief lock.
     fn take_next(&self) -> Option<Pending<T>> {
         let mut state = self.replay.lock();
-        let p = state.next();
-        self.has_pending.store(false, Ordering::Release);
-        p
+        if state.pending.is_some() {
+            self.has_pending.store(false, Ordering::Release);
+        }
+        state.next()
     }
 
     /// Puts `p` back at the head (before the queue's next): a replay's
@@ -1174,11 +1177,33 @@ impl<T> Inner<T> {
     /// under a brief lock, and handed over with no lock held (the sink may
     /// queue, replay or drain this emitter).
     fn drain_each(&self, max: usize, sink: &mut impl FnMut(T, Priority)) -> usize {
+        /// The drained count, added in batches (and whatever is left when
+        /// the drain ends, a panicking sink's unwinding included): one
+        /// counter update per 64 items instead of one each.
+        struct Drained<'a> {
+            metrics: &'a Metrics,
+            batch: u64,
+        }
+        impl Drop for Drained<'_> {
+            fn drop(&mut self) {
+                if self.batch != 0 {
+                    self.metrics.add(Count::Drained, self.batch);
+                }
+            }
+        }
+        let mut counted = Drained {
+            metrics: &self.metrics,
+            batch: 0,
+        };
         let mut n = 0;
         while n < max {
             let Some(p) = self.take_next() else { break };
-            self.metrics.count(Count::Drained);
             n += 1;
+            counted.batch += 1;
+            if counted.batch == 64 {
+                self.metrics.add(Count::Drained, 64);
+                counted.batch = 0;
+            }
             sink(p.trigger, p.class);
         }
         n
