@@ -801,7 +801,7 @@ impl BreakerBuilder {
                 K::OutOfRange,
                 format!(
                     "quantile({quantile}) must lie in (0, 1]: above 0 (at least 1e-9) and at most 1{}",
-                    if quantile > 1.0 && quantile < 100.0 {
+                    if (50.0..100.0).contains(&quantile) {
                         format!(" (a percentile? P{quantile} is quantile({}))", quantile / 100.0)
                     } else {
                         String::new()
