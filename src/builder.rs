@@ -144,6 +144,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(86_400);
 const MIN_WINDOW: Duration = Duration::from_millis(1);
 /// Most windows a rolling error or failure span may cover.
 const MAX_ROLLING_WINDOWS: u64 = 1024;
+// The window ring's position is a u16 (`TickState::ring_pos`).
+const _: () = assert!(MAX_ROLLING_WINDOWS <= u16::MAX as u64);
 /// Most owned per-core handles (one bit each in a `u64`).
 const MAX_LOCAL_HANDLES: usize = 64;
 /// Most shared counter shards.
@@ -241,6 +243,14 @@ impl BreakerBuilder {
     /// window failed (default 0.5). Accepted: `0 <= r <= 1`, taken to nine
     /// decimal places and compared exactly; 1 never trips.
     ///
+    /// A call counts in the window it ends in, and its failure with it;
+    /// with [`track_in_flight`](Self::track_in_flight), a call still running
+    /// at a close is counted as a call (slow) in that window, and its
+    /// failure, if it fails, in the window it ends in: a span whose hung
+    /// calls fail in it can count more failures than its own calls (at most
+    /// as many: the rule never takes more errors than calls), so it errs
+    /// toward tripping on a consumer whose calls hang and then fail.
+    ///
     /// ```
     /// let err = tailguard::Breaker::builder().error_rate(-0.1).build().unwrap_err();
     /// assert_eq!(err.field(), "error_rate");
@@ -279,16 +289,18 @@ impl BreakerBuilder {
     ///   `1 − q`; see [`Reason::SparseLatency`](crate::Reason::SparseLatency)
     ///   for the arithmetic). With the defaults it trips after 6 slow calls
     ///   with no fast one among them, 7 with up to 24 fast ones, 8 with up
-    ///   to 48, and never in fewer than [`trip_windows`](Self::trip_windows)
-    ///   windows (a window adds at most `1 / trip_windows` of the bound); a
-    ///   consumer whose slow fraction is well under `1 − q` drifts back to
+    ///   to 48, and never over fewer than [`trip_windows`](Self::trip_windows)
+    ///   windows with calls (a burst within one window trips neither rule);
+    ///   a consumer whose slow fraction is well under `1 − q` drifts back to
     ///   no evidence at all, and a dense window that does not breach clears
     ///   it. So a consumer called `r` times a second, every call slow, trips
     ///   within `max(6 / r, trip_windows)` windows (of 1 s) and one more (3 s
-    ///   at 3 calls a second, 60 s at one call every 10 s), however its rate
-    ///   changes from window to window; a healthy one at 0.1% slow calls
-    ///   does not trip in days (24 hours of it at 3 calls a second are a
-    ///   test of this crate).
+    ///   at 3 calls a second, 60 s at one call every 10 s; called in bursts,
+    ///   at its `trip_windows`-th burst), whether its windows are dense,
+    ///   sparse or both; a healthy one at 0.1% slow calls and a few calls a
+    ///   second does not trip in days (24 hours of it at 3 calls a second
+    ///   are a test of this crate; dense windows are judged alone, see
+    ///   above).
     /// * The rolling error rate needs `min_calls` calls over its span
     ///   ([`error_window`](Self::error_window), 10 windows by default).
     ///
@@ -565,20 +577,23 @@ impl BreakerBuilder {
     /// (see [`Ticker`](crate::Ticker)). By default it does, with nothing
     /// else to set up or keep: the breaker keeps the thread running (the
     /// first such breaker starts it, the last one dropped stops it), so a
-    /// breaker built with the defaults judges its windows on time. Two
-    /// clocks are the exceptions:
+    /// breaker built with the defaults judges its windows on time, on any
+    /// clock but one:
     ///
     /// * a [`ManualClock`](crate::clock::ManualClock) is driven by hand,
-    ///   and so is the breaker on it: the test calls [`Breaker::tick`];
-    /// * a breaker on [`ClockSource::tokio`] is ticked by a task on the
-    ///   tokio runtime it is built in, at its own deadlines, on the
-    ///   runtime's clock (paused or not), until the breaker is dropped;
-    ///   built outside a runtime, [`build`](Self::build) fails with
-    ///   [`ConfigErrorKind::NoRuntime`](crate::ConfigErrorKind::NoRuntime)
-    ///   rather than return a breaker that never trips.
+    ///   and so is the breaker on it: the test calls [`Breaker::tick`]
+    ///   (`ticker(true)` puts it on the thread).
     ///
-    /// `ticker(true)` puts either on the thread instead (which reads the
-    /// real clock: not for a paused tokio clock).
+    /// A breaker on [`ClockSource::tokio`] is on the thread too, which
+    /// reads tokio's clock in the context of the runtime the breaker was
+    /// built in (if any), so it reads the time the runtime's timers and the
+    /// breaker's calls read, whether that runtime is running, idle or gone.
+    /// Under a paused clock (`start_paused`), the thread still wakes on the
+    /// real clock: windows that virtual time runs through in an instant are
+    /// closed together at its next wake (judged as one span), and it adds
+    /// no timer to the runtime (so auto-advance is not disturbed). To close
+    /// windows on virtual time, one by one, build with `ticker(false)` and
+    /// tick by hand or with [`tick_every`](crate::emit::tick_every).
     ///
     /// `ticker(false)`: only [`Breaker::tick`] closes the windows (a
     /// runtime that owns its timers, a thread-per-core server ticking its
@@ -636,16 +651,12 @@ impl BreakerBuilder {
 
     /// Validates every field and builds the breaker; unless it is off the
     /// ticker (see [`ticker`](Self::ticker)), registers it with the
-    /// process's ticker thread, started if it is not running (or, on
-    /// tokio's clock, spawns its tick task on the current runtime).
+    /// process's ticker thread, started if it is not running.
     ///
     /// # Errors
-    /// A [`ConfigError`] naming the first bad field; one for `"ticker"`
+    /// A [`ConfigError`] naming the first bad field, or one for `"ticker"`
     /// ([`ConfigErrorKind::TickerThread`](crate::ConfigErrorKind::TickerThread))
-    /// if the operating system refused to start the ticker thread; one for
-    /// `"clock"` ([`ConfigErrorKind::NoRuntime`](crate::ConfigErrorKind::NoRuntime))
-    /// for a breaker on tokio's clock built outside a runtime, with the
-    /// ticker not set.
+    /// if the operating system refused to start the ticker thread.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build()?;
@@ -656,17 +667,10 @@ impl BreakerBuilder {
         let name = self.name.clone();
         let (config, sizes, clock, listener, ticking) = self.validate()?;
         #[cfg(all(feature = "tokio", not(tailguard_loom)))]
-        let runtime = match ticking {
-            Ticking::Runtime => Some(tokio::runtime::Handle::try_current().map_err(|_| {
-                ConfigError::new(
-                    "clock",
-                    K::NoRuntime,
-                    "a breaker on ClockSource::tokio() is ticked by a task on the tokio runtime it is built in, \
-                     and this thread is in none: build it inside the runtime, or with .ticker(false) and tick it \
-                     yourself (emit::tick_every), or with .ticker(true) for the ticker thread (not under a paused clock)",
-                )
-            })?),
-            _ => None,
+        let runtime = if clock.is_tokio() {
+            tokio::runtime::Handle::try_current().ok()
+        } else {
+            None
         };
         let register = ticking == Ticking::Thread;
         #[cfg(not(tailguard_loom))]
@@ -701,7 +705,7 @@ impl BreakerBuilder {
         }
         #[cfg(all(feature = "tokio", not(tailguard_loom)))]
         if let Some(runtime) = runtime {
-            breaker.tick_on(&runtime);
+            breaker.read_in(runtime);
         }
         Ok(breaker)
     }
@@ -739,23 +743,25 @@ impl BreakerBuilder {
         let span = |field: &'static str, d: Duration, min: Duration, max: Duration| {
             span_of(field, &format!("{field}({d:?})"), d, min, max)
         };
-        let fraction = |field: &'static str, v: f64| {
+        // `call` shows the argument as the caller wrote it, given its Debug.
+        let fraction_of = |field: &'static str, call: &dyn Fn(&str) -> String, v: f64| {
             if v.is_nan() {
                 Err(ConfigError::new(
                     field,
                     K::NotANumber,
-                    format!("{field}(NaN) must be a number in [0, 1]"),
+                    format!("{} must be a number in [0, 1]", call("NaN")),
                 ))
             } else if !(0.0..=1.0).contains(&v) {
                 Err(ConfigError::new(
                     field,
                     K::OutOfRange,
-                    format!("{field}({v}) must lie in [0, 1]"),
+                    format!("{} must lie in [0, 1]", call(&format!("{v:?}"))),
                 ))
             } else {
                 Ok(v)
             }
         };
+        let fraction = |field: &'static str, v: f64| fraction_of(field, &|v| format!("{field}({v})"), v);
         // A count kept in 8 bits of the state word.
         let small = |field: &'static str, v: u32| {
             if v == 0 {
@@ -801,8 +807,14 @@ impl BreakerBuilder {
                 K::OutOfRange,
                 format!(
                     "quantile({quantile}) must lie in (0, 1]: above 0 (at least 1e-9) and at most 1{}",
-                    if (50.0..100.0).contains(&quantile) {
-                        format!(" (a percentile? P{quantile} is quantile({}))", quantile / 100.0)
+                    if (50.0..=100.0).contains(&quantile) {
+                        // To the digits given: 99.9 / 100 is 0.9990000000000001.
+                        let digits = format!("{quantile}").split('.').nth(1).map_or(0, str::len) + 2;
+                        let q = format!("{:.*}", digits, quantile / 100.0);
+                        format!(
+                            " (a percentile? P{quantile} is quantile({}))",
+                            q.trim_end_matches('0').trim_end_matches('.')
+                        )
                     } else {
                         String::new()
                     }
@@ -885,23 +897,40 @@ impl BreakerBuilder {
             });
         }
         let jitter = match self.jitter {
-            Jitter::Bounded(f) => Jitter::Bounded(fraction("jitter", f)?),
+            Jitter::Bounded(f) => {
+                Jitter::Bounded(fraction_of("jitter", &|v| format!("jitter(Jitter::Bounded({v}))"), f)?)
+            }
             other => other,
         };
         let probes = small("half_open_probes", self.half_open_probes)?;
         let successes = small("success_to_close", self.success_to_close)?;
         let lease_ns = match self.probe_lease {
             Some(d) => {
-                let ns = span("probe_lease", d, Duration::from_nanos(1), MAX_BACKOFF)?;
-                if ns < threshold_ns {
+                let accepted = format!(
+                    "accepted: latency_threshold ({:?}{}) to {MAX_BACKOFF:?}",
+                    self.latency_threshold,
+                    default_note(self.explicit.latency_threshold)
+                );
+                let ns = duration_nanos_saturating(d);
+                if d.is_zero() {
+                    return Err(ConfigError::new(
+                        "probe_lease",
+                        K::Zero,
+                        format!("probe_lease(0ns) must be above zero ({accepted})"),
+                    ));
+                } else if ns < threshold_ns {
                     return Err(ConfigError::new(
                         "probe_lease",
                         K::Inconsistent,
                         format!(
-                            "probe_lease({d:?}) is below latency_threshold ({:?}{}): a probe is slow before its lease ends",
-                            self.latency_threshold,
-                            default_note(self.explicit.latency_threshold)
+                            "probe_lease({d:?}) is below latency_threshold: a probe is slow before its lease ends ({accepted})"
                         ),
+                    ));
+                } else if d > MAX_BACKOFF {
+                    return Err(ConfigError::new(
+                        "probe_lease",
+                        K::TooLarge,
+                        format!("probe_lease({d:?}) is above the maximum, {MAX_BACKOFF:?} ({accepted})"),
                     ));
                 }
                 ns
@@ -1000,8 +1029,6 @@ impl BreakerBuilder {
         let ticking = match self.register_with_ticker {
             Some(true) => Ticking::Thread,
             Some(false) => Ticking::ByHand,
-            #[cfg(feature = "tokio")]
-            None if clock.is_tokio() => Ticking::Runtime,
             None if clock.ticked_by_default() => Ticking::Thread,
             None => Ticking::ByHand,
         };
@@ -1014,9 +1041,6 @@ impl BreakerBuilder {
 enum Ticking {
     /// The process's ticker thread.
     Thread,
-    /// A task on the tokio runtime the breaker is built in (tokio's clock).
-    #[cfg(feature = "tokio")]
-    Runtime,
     /// Only `Breaker::tick`.
     ByHand,
 }

@@ -26,8 +26,11 @@ use std::time::Duration;
 /// Implementations must be cheap and should not panic. A value smaller than
 /// a previous one (a step back) is tolerated by the breaker. A panic is
 /// caught where the breaker reads the clock (the panic hook reports it as
-/// usual) and reads as 0, a step back, so a read that unwinds never leaves
-/// a transition or a window close half done.
+/// usual): the read is tried once more, and if that panics too it reads as
+/// the last reading the same thread took of the clock, so a read that
+/// unwinds never leaves a transition or a window close half done. (A
+/// thread's very first read, panicking twice, panics: there is no time to
+/// give it.)
 ///
 /// ```
 /// use std::sync::Arc;
@@ -195,8 +198,10 @@ impl ClockSource {
     /// breaker's windows, backoffs and leases move with `tokio::time::advance`
     /// and auto-advance, together with tokio's timers. Feature `tokio`.
     ///
-    /// A breaker on this clock is ticked by a task on the runtime it is
-    /// built in (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)).
+    /// A breaker on this clock is ticked by the ticker thread like any
+    /// other, which reads the clock in the context of the runtime the
+    /// breaker was built in (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)
+    /// for a paused clock).
     ///
     /// A reading costs what `tokio::time::Instant::now()` costs (a system
     /// clock read, or a runtime lookup when the `test-util` clock is on).
@@ -255,16 +260,11 @@ impl ClockSource {
     /// Whether the process's ticker thread closes the windows of a breaker
     /// on this clock unless told otherwise: yes for the clocks of the
     /// system (precise, coarse) and a clock of the caller's; no for a
-    /// [`ManualClock`] (tests drive it, and `tick`, by hand) and for
-    /// tokio's (a thread outside the runtime cannot read a paused clock: a
-    /// task on the runtime the breaker is built in ticks it).
+    /// [`ManualClock`] (tests drive it, and `tick`, by hand). Tokio's is
+    /// read by the thread in the context of the runtime the breaker was
+    /// built in.
     pub(crate) fn ticked_by_default(&self) -> bool {
-        match &self.kind {
-            Kind::Manual(_) => false,
-            #[cfg(feature = "tokio")]
-            Kind::Tokio(_) => false,
-            _ => true,
-        }
+        !matches!(self.kind, Kind::Manual(_))
     }
 
     /// Whether a read costs a precise clock access (as opposed to one load).
@@ -578,19 +578,50 @@ mod coarse {
 }
 
 /// A custom clock's reading. A panic in it is caught here, where it
-/// happens, and reads as 0: a step back to before every reading, which the
-/// breaker tolerates. Otherwise a read after a transition's CAS (to date
-/// the OPEN and publish its deadline) or in the middle of a window close
-/// (the in-flight claim, between marking the slots and clearing them)
+/// happens: the read is tried once more (a transient fault), and if that
+/// panics too, the reading is the last this thread took of this clock (time
+/// stands still for the read). Otherwise a read after a transition's CAS
+/// (to date the OPEN and publish its deadline) or in the middle of a window
+/// close (the in-flight claim, between marking the slots and clearing them)
 /// would leave that step half done: an OPEN with no deadline, slots marked
-/// closing for ever, drained counts lost.
+/// closing for ever, drained counts lost. Only a thread that never read
+/// this clock, whose first two reads panic, gets the panic (there is no
+/// time to give it).
 #[inline]
 fn read_custom(clock: &dyn Clock) -> u64 {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clock.now_nanos())) {
+    thread_local! {
+        /// The last reading this thread took of a custom clock, and which.
+        static LAST: core::cell::Cell<(usize, u64)> = const { core::cell::Cell::new((0, 0)) };
+    }
+    let key = (clock as *const dyn Clock).cast::<()>() as usize;
+    let read = || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clock.now_nanos()));
+    let nanos = match read() {
         Ok(nanos) => nanos,
-        Err(payload) => {
-            crate::events::swallow(payload);
-            0
-        }
+        Err(payload) => recover(key, payload, read, &LAST),
+    };
+    LAST.with(|last| last.set((key, nanos)));
+    nanos
+}
+
+/// The slow half of `read_custom`, after a panic: once more, else the last
+/// reading, else the panic.
+#[cold]
+#[inline(never)]
+fn recover(
+    key: usize,
+    payload: Box<dyn std::any::Any + Send>,
+    read: impl Fn() -> std::thread::Result<u64>,
+    last: &'static std::thread::LocalKey<core::cell::Cell<(usize, u64)>>,
+) -> u64 {
+    crate::events::swallow(payload);
+    match read() {
+        Ok(nanos) => nanos,
+        Err(again) => match last.with(core::cell::Cell::get) {
+            (k, nanos) if k == key => {
+                crate::events::swallow(again);
+                nanos
+            }
+            _ => std::panic::resume_unwind(again),
+        },
     }
 }

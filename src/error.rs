@@ -26,10 +26,6 @@ pub enum ConfigErrorKind {
     /// The operating system refused to start the ticker thread (see
     /// [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)).
     TickerThread,
-    /// A breaker on tokio's clock was built outside a tokio runtime, with
-    /// nothing to tick it (see
-    /// [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)).
-    NoRuntime,
 }
 
 /// A configuration value was rejected; [`field`](ConfigError::field) names

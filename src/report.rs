@@ -84,11 +84,12 @@ pub enum Reason {
     /// fraction `p0 = 1 − q` of the calls is slow" and "a fraction
     /// `p1 = min(10 p0, (1 + p0) / 2)` is": each slow call adds
     /// `ln(p1 / p0)` (2.30 at P99), each other call takes
-    /// `ln((1 − p0) / (1 − p1))` off (0.095 at P99), a window adds at most
-    /// `1 / trip_windows` of the bound, the evidence never goes below zero,
-    /// a dense window that does not breach and every transition clear it,
-    /// and it trips at `ln(10^6)` = 13.82 (a false-trip rate of one in a
-    /// million tests at the limit fraction itself).
+    /// `ln((1 − p0) / (1 − p1))` off (0.095 at P99), the evidence never
+    /// goes below zero nor above the bound, a dense window that does not
+    /// breach and every transition clear it, and it trips at
+    /// `ln(10^6)` = 13.82 (a false-trip rate of one in a million tests at
+    /// the limit fraction itself) gathered over `trip_windows` windows with
+    /// calls at the least.
     SparseLatency,
     /// The rolling error rate went above the limit.
     ErrorRate,

@@ -24,27 +24,30 @@
 //! limit) and "a fraction `p1` is" (ten times as many, at most halfway to
 //! all: `p1 = min(10 p0, (1 + p0) / 2)`). Each slow call adds
 //! `ln(p1 / p0)` to the evidence, each other call takes
-//! `ln((1 − p0) / (1 − p1))` off it; a window adds at most
-//! `1 / trip_windows` of the bound, so that, like the streak, the test
-//! needs `trip_windows` windows at the least (a burst within one window
-//! trips neither); the evidence never goes below zero, and it trips
-//! ([`Reason::SparseLatency`]) when it reaches `ln(10^6)` (Wald's bound for
-//! a false-trip rate of one in a million tests at the limit fraction
-//! itself). With the defaults (P99: 2.30 nats a slow call, 0.095 a fast
-//! one, a bound of 13.82) that is 6 slow calls with no fast one among
-//! them, 7 with up to 24, 8 with up to 48, over 3 windows at the least; a
-//! healthy consumer (slow fraction well under 1%) drifts back to zero. A
+//! `ln((1 − p0) / (1 − p1))` off it; the evidence never goes below zero
+//! nor above the bound, and it trips ([`Reason::SparseLatency`]) when it
+//! reaches `ln(10^6)` (Wald's bound for a false-trip rate of one in a
+//! million tests at the limit fraction itself) gathered over
+//! `trip_windows` windows with calls at the least (counted since it was
+//! last zero; a span of several windows closed at once counts them all),
+//! so that, like the streak, a burst within one window trips neither rule.
+//! With the defaults (P99: 2.30 nats a slow call, 0.095 a fast one, a
+//! bound of 13.82) that is 6 slow calls with no fast one among them, 7
+//! with up to 24, 8 with up to 48, over 3 windows at the least; a healthy
+//! consumer (slow fraction well under 1%) drifts back to zero. A
 //! dense span that does not breach (healthy by the rule's own judgement)
 //! starts the evidence afresh, as does every transition; a breaching one
 //! adds to it, so a consumer whose every call is slow trips whatever its
 //! rate does from window to window (dense, sparse, idle).
 //!
-//! So an all-slow consumer at `r` calls a second trips at the first window
-//! close after its sixth slow call and its `trip_windows`-th window:
-//! within `max(6 / r, trip_windows)` windows of 1 s and one more (3 s at 3
-//! calls a second, 60 s at one call every 10 s); at 100 calls a second
-//! and above nothing changes (every window is dense: the streak and the
-//! test reach their bounds at the same close). The weights and the bound
+//! So an all-slow consumer trips at the first window close after its
+//! sixth slow call and its `trip_windows`-th window with calls: at `r`
+//! calls a second spread over the windows, within `max(6 / r,
+//! trip_windows)` windows of 1 s and one more (3 s at 3 calls a second,
+//! 60 s at one call every 10 s; a consumer called in bursts, at its
+//! `trip_windows`-th burst at the latest); at 100 calls a second and above
+//! nothing changes (every window is dense: the streak and the test reach
+//! their bounds at the same close). The weights and the bound
 //! are fixed integers (micro-nats) computed once at build, so every
 //! decision is exact and the same on every platform.
 //!
@@ -102,18 +105,13 @@ impl Sparse {
 
     /// The evidence after a sparse span of `calls` calls, `slow` of them
     /// slow, from `evidence`: the span's log-likelihood ratio added as one
-    /// step (the order of the calls within a window is not known) and, if
-    /// it adds, adding at most `cap`; never below zero, and at most the
-    /// bound (where it trips).
-    fn update(&self, evidence: u32, calls: u64, slow: u64, cap: u64) -> u32 {
+    /// step (the order of the calls within a window is not known), never
+    /// below zero, and at most the bound.
+    fn update(&self, evidence: u32, calls: u64, slow: u64) -> u32 {
         let slow = slow.min(calls);
         let up = slow.saturating_mul(self.slow_weight);
         let down = (calls - slow).saturating_mul(self.fast_weight);
-        let e = if up >= down {
-            u64::from(evidence).saturating_add((up - down).min(cap))
-        } else {
-            u64::from(evidence).saturating_sub(down - up)
-        };
+        let e = u64::from(evidence).saturating_add(up).saturating_sub(down);
         e.min(self.bound) as u32
     }
 }
@@ -160,6 +158,8 @@ pub(crate) struct Input {
     pub(crate) breaches: u8,
     /// The sequential test's evidence before this span (micro-nats).
     pub(crate) evidence: u32,
+    /// Windows with calls since the evidence was last zero.
+    pub(crate) evidence_windows: u8,
 }
 
 /// What the rule decides.
@@ -175,6 +175,8 @@ pub(crate) struct Verdict {
     /// The sequential test's evidence after this span: zero after a dense
     /// span (judged alone) or a trip; at most the bound (it trips there).
     pub(crate) evidence: u32,
+    /// Windows with calls since the evidence was last zero (zero with it).
+    pub(crate) evidence_windows: u8,
 }
 
 /// Judges one closed span (one window, or several closed at once).
@@ -188,17 +190,23 @@ pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
     } else {
         0
     };
-    // A window adds at most its share of the bound, so that the test, like
-    // the streak, needs `trip_windows` windows at the least: a burst within
-    // one window trips neither.
-    let cap = sparse
-        .bound
-        .div_ceil(u64::from(rule.trip_windows.max(1)))
-        .saturating_mul(windows);
-    let evidence = if dense && !breach {
-        0
+    // The evidence (a healthy dense span clears it), and the windows with
+    // calls it was gathered over since it was last zero: like the streak,
+    // the test trips only over `trip_windows` windows at the least (a burst
+    // within one window trips neither).
+    let (evidence, evidence_windows) = if dense && !breach {
+        (0, 0)
     } else {
-        sparse.update(w.evidence, w.calls, w.slow, cap)
+        let e = sparse.update(w.evidence, w.calls, w.slow);
+        let n = match (e, w.calls) {
+            (0, _) => 0,
+            (_, 0) => w.evidence_windows,
+            _ => {
+                let before = if w.evidence == 0 { 0 } else { w.evidence_windows };
+                before.saturating_add(u8::try_from(windows).unwrap_or(u8::MAX))
+            }
+        };
+        (e, n)
     };
     let span_errors = w.span_errors.min(w.span_calls);
     let error_trip =
@@ -206,7 +214,7 @@ pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
     let count_trip = rule.failures.is_some_and(|n| w.span_failures >= u64::from(n.get()));
     let trip = if breaches >= rule.trip_windows {
         Some(Reason::LatencyBreach)
-    } else if u64::from(evidence) >= sparse.bound {
+    } else if u64::from(evidence) >= sparse.bound && evidence_windows >= rule.trip_windows {
         Some(Reason::SparseLatency)
     } else if error_trip {
         Some(Reason::ErrorRate)
@@ -219,6 +227,7 @@ pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
         breaches,
         trip,
         evidence: if trip.is_some() { 0 } else { evidence },
+        evidence_windows: if trip.is_some() { 0 } else { evidence_windows },
     }
 }
 
@@ -247,6 +256,7 @@ mod tests {
             span_failures: errors,
             breaches,
             evidence: 0,
+            evidence_windows: 0,
         }
     }
 
@@ -336,6 +346,7 @@ mod tests {
             span_failures: 4,
             breaches: 0,
             evidence: 0,
+            evidence_windows: 0,
         };
         assert_eq!(judge(&rule, &span).trip, Some(Reason::ErrorRate));
         let not_yet = Input {
@@ -362,6 +373,7 @@ mod tests {
             span_failures: 0,
             breaches: 0,
             evidence: 0,
+            evidence_windows: 0,
         };
         assert_eq!(judge(&default_rule(), &w).trip, Some(Reason::ErrorRate));
         let all = Rule {
@@ -420,10 +432,10 @@ mod tests {
     }
 
     /// Evidence is carried across windows: six slow calls trip, five do
-    /// not, however they are spread, but never in fewer windows than
-    /// `trip_windows`; fast calls wear it down; it never goes below zero; a
-    /// healthy dense window or a trip starts it afresh, a breaching dense
-    /// window adds to it.
+    /// not, however they are spread, but never in fewer windows (with
+    /// calls) than `trip_windows`; fast calls wear it down; it never goes
+    /// below zero nor above the bound; a healthy dense window or a trip
+    /// starts it afresh, a breaching dense window adds to it.
     #[test]
     fn the_sequential_test_across_windows() {
         let rule = default_rule();
@@ -431,75 +443,75 @@ mod tests {
             trip_windows: 1,
             ..rule
         };
-        let w = |calls, slow, evidence| Input {
+        let w = |calls, slow, (evidence, evidence_windows)| Input {
             calls,
             slow,
             windows: 1,
             span_calls: calls,
             evidence,
+            evidence_windows,
             ..Input::default()
         };
-        // Six slow calls: in one window (with trip_windows 1), or one a
-        // window.
-        let v = judge(&one_window, &w(6, 6, 0));
-        assert_eq!((v.trip, v.evidence), (Some(Reason::SparseLatency), 0));
-        let mut evidence = 0;
-        for i in 1..=6 {
-            let v = judge(&rule, &w(1, 1, evidence));
-            evidence = v.evidence;
-            assert_eq!(v.trip.is_some(), i == 6, "slow call {i}");
-        }
-        assert_eq!(evidence, 0, "a trip starts it afresh");
-        // A window adds at most a third of the bound (trip_windows 3): the
-        // third all-slow window trips, whatever the first two held.
-        let cap = 13_815_510u32.div_ceil(3);
-        let mut evidence = 0;
-        for i in 1..=3 {
-            let v = judge(&rule, &w(19, 19, evidence));
-            assert_eq!(
-                (v.trip.is_some(), v.evidence),
-                (i == 3, if i == 3 { 0 } else { i * cap }),
-                "window {i}"
-            );
-            evidence = v.evidence;
-        }
-        // A window of five spanning two closes adds at most two thirds.
-        let two = Input {
-            windows: 2,
-            ..w(19, 19, 0)
+        let run = |rule: &Rule, spans: &[(u64, u64)]| {
+            let mut at = (0, 0);
+            for (i, &(calls, slow)) in spans.iter().enumerate() {
+                let v = judge(rule, &w(calls, slow, at));
+                if v.trip.is_some() {
+                    assert_eq!((v.evidence, v.evidence_windows), (0, 0), "a trip starts it afresh");
+                    return Some(i + 1);
+                }
+                at = (v.evidence, v.evidence_windows);
+            }
+            None
         };
-        assert_eq!(judge(&rule, &two).evidence, 2 * cap);
-        // Five slow calls do not trip; one fast call among six slow stops
-        // the sixth (6 × 2.30 − 0.095 is short of 13.82), and it takes 25
-        // fast calls to stop seven.
-        let five = judge(&one_window, &w(5, 5, 0));
-        assert_eq!((five.trip, five.evidence), (None, 5 * 2_302_585));
-        assert_eq!(judge(&rule, &w(19, 19, u32::MAX)).trip, Some(Reason::SparseLatency));
+        // Six slow calls trip: in one window with trip_windows 1; one a
+        // window; or however spread over three windows (a window's surplus
+        // is not lost); never in fewer than three.
+        assert_eq!(run(&one_window, &[(6, 6)]), Some(1));
+        assert_eq!(run(&rule, &[(1, 1); 6]), Some(6));
+        assert_eq!(run(&rule, &[(4, 4), (1, 1), (1, 1)]), Some(3));
+        assert_eq!(run(&rule, &[(19, 19), (19, 19), (19, 19)]), Some(3));
+        assert_eq!(run(&rule, &[(19, 19), (19, 19)]), None);
+        // Windows without calls do not count toward the three.
+        assert_eq!(run(&rule, &[(6, 6), (0, 0), (0, 0), (1, 1)]), None);
+        assert_eq!(run(&rule, &[(6, 6), (0, 0), (1, 1), (1, 1)]), Some(4));
+        // A span of three windows closed at once counts three (spread evenly).
+        let late = Input {
+            windows: 3,
+            ..w(6, 6, (0, 0))
+        };
+        assert_eq!(judge(&rule, &late).trip, Some(Reason::SparseLatency));
+        // Five slow calls do not; one fast call among six slow stops the
+        // sixth (6 × 2.30 − 0.095 is short of 13.82); seven slow trip with up
+        // to 24 fast, not 25 (below min_calls: a sparse rule).
+        let five = judge(&one_window, &w(5, 5, (0, 0)));
         assert_eq!(
-            judge(&one_window, &w(7, 6, 0)).trip,
-            None,
-            "six slow, one fast: 13.72 < 13.82"
+            (five.trip, five.evidence, five.evidence_windows),
+            (None, 5 * 2_302_585, 1)
         );
+        assert_eq!(run(&one_window, &[(7, 6)]), None, "six slow, one fast: 13.72 < 13.82");
         let sparse_one = Rule {
             min_calls: 100,
             ..one_window
         };
-        assert_eq!(
-            judge(&sparse_one, &w(31, 7, 0)).trip,
-            Some(Reason::SparseLatency),
-            "seven slow, 24 fast"
-        );
-        assert_eq!(judge(&sparse_one, &w(32, 7, 0)).trip, None, "seven slow, 25 fast");
+        assert_eq!(run(&sparse_one, &[(31, 7)]), Some(1), "seven slow, 24 fast");
+        assert_eq!(run(&sparse_one, &[(32, 7)]), None, "seven slow, 25 fast");
+        // Never above the bound: a burst is not banked for later windows
+        // whose calls are fast.
+        assert_eq!(judge(&rule, &w(19, 19, (0, 0))).evidence, 13_815_510);
+        assert_eq!(run(&rule, &[(19, 19), (1, 0), (1, 0)]), None);
         // Never below zero: a long healthy stretch does not bank credit.
-        assert_eq!(judge(&rule, &w(19, 0, 100)).evidence, 0);
+        assert_eq!(judge(&rule, &w(19, 0, (100, 1))).evidence, 0);
+        assert_eq!(judge(&rule, &w(19, 0, (100, 1))).evidence_windows, 0);
         // A healthy dense window starts it afresh (and is judged alone)...
-        let dense = judge(&rule, &w(20, 0, 5 * 2_302_585));
-        assert_eq!((dense.trip, dense.evidence), (None, 0));
+        let dense = judge(&rule, &w(20, 0, (5 * 2_302_585, 2)));
+        assert_eq!((dense.trip, dense.evidence, dense.evidence_windows), (None, 0, 0));
         // ... a breaching one adds to it (all slow, whatever their rate).
-        let breaching = judge(&rule, &w(20, 20, 0));
-        assert_eq!((breaching.breaches, breaching.evidence), (1, cap));
+        let breaching = judge(&rule, &w(20, 20, (0, 0)));
+        assert_eq!((breaching.breaches, breaching.evidence_windows), (1, 1));
         // A window without calls leaves it as it was.
-        assert_eq!(judge(&rule, &w(0, 0, 1234)).evidence, 1234);
+        let idle = judge(&rule, &w(0, 0, (1234, 2)));
+        assert_eq!((idle.evidence, idle.evidence_windows), (1234, 2));
     }
 
     /// An all-slow consumer whose traffic changes between dense and sparse
@@ -509,7 +521,7 @@ mod tests {
     fn an_all_slow_consumer_trips_whatever_its_rate_does() {
         let rule = default_rule();
         for pattern in [[20u64, 5, 20, 5], [20, 20, 0, 20], [5, 20, 0, 5], [100, 1, 100, 1]] {
-            let (mut breaches, mut evidence, mut tripped) = (0, 0, None);
+            let (mut breaches, mut evidence, mut evidence_windows, mut tripped) = (0, 0, 0, None);
             for (i, &calls) in pattern.iter().cycle().take(8).enumerate() {
                 let v = judge(
                     &rule,
@@ -520,10 +532,11 @@ mod tests {
                         span_calls: calls,
                         breaches,
                         evidence,
+                        evidence_windows,
                         ..Input::default()
                     },
                 );
-                (breaches, evidence) = (v.breaches, v.evidence);
+                (breaches, evidence, evidence_windows) = (v.breaches, v.evidence, v.evidence_windows);
                 if v.trip.is_some() {
                     tripped = Some(i + 1);
                     break;

@@ -402,78 +402,110 @@ fn a08_allow_rejects_without_overflow_when_the_deadline_passes_i64_max() {
 }
 
 // ---------------------------------------------- a custom clock that panics
-// (from a hostile review of issue 16). `Clock` says it should not; a panic
-// is caught at the read and reads as 0 (a step back), so that no step of
-// the breaker is left half done by it.
+// (from hostile reviews of issue 16). `Clock` says it should not; a panic is
+// caught at the read, which is tried again and, if that panics too, reads
+// as the thread's last reading of the clock, so that no step of the breaker
+// is left half done by it and its time does not jump.
 
-/// A clock whose `nth` read from now panics, once.
-#[derive(Clone, Default)]
-struct OnePanicClock {
+/// A clock at `CLOCK_MONOTONIC`-like readings (12 days of uptime), whose
+/// reads from the `nth` on panic, `times` in a row.
+#[derive(Clone)]
+struct PanickyClock {
     nanos: Arc<std::sync::atomic::AtomicU64>,
     countdown: Arc<AtomicUsize>,
+    times: Arc<AtomicUsize>,
 }
 
-impl OnePanicClock {
+impl PanickyClock {
+    fn new() -> Self {
+        PanickyClock {
+            nanos: Arc::new(std::sync::atomic::AtomicU64::new(1_000_000_000_000_000)),
+            countdown: Arc::new(AtomicUsize::new(0)),
+            times: Arc::new(AtomicUsize::new(0)),
+        }
+    }
     fn source(&self) -> tailguard::clock::ClockSource {
         tailguard::clock::ClockSource::custom(Arc::new(self.clone()))
     }
     fn advance(&self, by: Duration) {
         self.nanos.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
     }
-    fn panic_at_read(&self, nth: usize) {
+    fn panic_at_read(&self, nth: usize, times: usize) {
+        self.times.store(times, Ordering::SeqCst);
         self.countdown.store(nth, Ordering::SeqCst);
     }
     fn panicked(&self) -> bool {
-        self.countdown.load(Ordering::SeqCst) == 0
+        self.countdown.load(Ordering::SeqCst) == 0 && self.times.load(Ordering::SeqCst) == 0
     }
 }
 
-impl tailguard::clock::Clock for OnePanicClock {
+impl tailguard::clock::Clock for PanickyClock {
     fn now_nanos(&self) -> u64 {
-        let due = self
-            .countdown
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok_and(|n| n == 1);
-        if due {
-            panic!("a transient clock fault (expected by this test)");
+        let n = self.countdown.load(Ordering::SeqCst);
+        if n > 1 {
+            self.countdown.store(n - 1, Ordering::SeqCst);
+        } else if n == 1 {
+            let left = self.times.fetch_sub(1, Ordering::SeqCst);
+            if left <= 1 {
+                self.countdown.store(0, Ordering::SeqCst);
+            }
+            panic!("a clock fault (expected by this test)");
         }
         self.nanos.load(Ordering::SeqCst)
     }
 }
 
-fn panicking_clock_breaker(clock: &OnePanicClock) -> BreakerBuilder {
+fn panicky_breaker(clock: &PanickyClock) -> BreakerBuilder {
     Breaker::builder().clock(clock.source()).ticker(false)
 }
 
 /// The read after `trip_now`'s CAS (dating the OPEN, publishing its
-/// deadline) panics: the breaker is OPEN with a deadline all the same, and
-/// probes when it ends (it once stayed OPEN for ever).
+/// deadline) panics, once or twice in a row: the breaker is OPEN with its
+/// deadline all the same, and probes when it ends (it once stayed OPEN for
+/// ever), not before (a reading of 0 once moved its time on by the clock's
+/// origin and ended the backoff at once).
 #[test]
-fn a_clock_panic_right_after_a_trip_leaves_an_open_that_ends() {
-    let clock = OnePanicClock::default();
-    let b = panicking_clock_breaker(&clock).build().unwrap();
-    clock.advance(10 * SEC);
-    b.tick();
-    clock.panic_at_read(1);
-    b.trip_now();
-    assert!(clock.panicked(), "the read panicked");
-    assert_eq!(b.state(), State::Open);
-    assert!(b.snapshot().next_probe_in.is_some(), "{:?}", b.snapshot());
-    clock.advance(2 * SEC);
-    b.tick();
-    assert!(b.allow().is_ok(), "{:?}", b.snapshot());
+fn a_clock_panic_right_after_a_trip_leaves_an_open_that_ends_on_time() {
+    for times in [1, 2] {
+        let clock = PanickyClock::new();
+        let b = panicky_breaker(&clock)
+            .base_backoff(30 * SEC)
+            .max_backoff(60 * SEC)
+            .build()
+            .unwrap();
+        clock.advance(5 * SEC);
+        b.tick();
+        clock.panic_at_read(1, times);
+        b.trip_now();
+        assert!(clock.panicked(), "the read panicked");
+        assert_eq!(b.state(), State::Open);
+        assert!(b.snapshot().next_probe_in.is_some(), "{:?}", b.snapshot());
+        clock.advance(SEC);
+        clock.panic_at_read(1, times);
+        b.tick();
+        clock.advance(SEC);
+        assert!(
+            b.allow().is_err(),
+            "{times}: 2 s into a 30 s backoff: {:?}",
+            b.snapshot()
+        );
+        assert!(b.snapshot().uptime < 60 * SEC, "{:?}", b.snapshot().uptime);
+        clock.advance(30 * SEC);
+        b.tick();
+        assert!(b.allow().is_ok(), "{:?}", b.snapshot());
+    }
 }
 
 /// The same after a failed probe's re-open.
 #[test]
 fn a_clock_panic_in_a_failed_probes_verdict_leaves_an_open_that_ends() {
-    let clock = OnePanicClock::default();
-    let b = panicking_clock_breaker(&clock).build().unwrap();
+    let clock = PanickyClock::new();
+    let b = panicky_breaker(&clock).build().unwrap();
     b.trip_now();
     clock.advance(SEC);
     let probe = b.allow().expect("the probe");
     assert!(probe.is_probe());
-    clock.panic_at_read(1);
+    clock.panic_at_read(1, 2);
     probe.record_latency(5 * MS, false);
     assert!(clock.panicked());
     assert_eq!(b.state(), State::Open);
@@ -484,13 +516,31 @@ fn a_clock_panic_in_a_failed_probes_verdict_leaves_an_open_that_ends() {
     assert!(b.allow().is_ok(), "{:?}", b.snapshot());
 }
 
+/// A permit whose admission read panicked starts at the true time (read
+/// again) or the thread's last reading: a 1 ms call is not slow.
+#[test]
+fn a_clock_panic_at_admission_does_not_make_a_fast_call_slow() {
+    let clock = PanickyClock::new();
+    let b = panicky_breaker(&clock).build().unwrap();
+    for times in [1, 2] {
+        clock.panic_at_read(1, times);
+        let p = b.allow().unwrap();
+        clock.advance(MS);
+        p.record(true);
+    }
+    clock.advance(2 * SEC);
+    b.tick();
+    let t = b.snapshot().totals;
+    assert_eq!((t.calls, t.slow), (2, 0), "{t:?}");
+}
+
 /// The in-flight claim's read (between marking the slots closing and
 /// clearing the marks) panics: the drained counts are kept, and calls
 /// admitted after it are tracked (they once were not, for ever).
 #[test]
 fn a_clock_panic_during_the_in_flight_claim_loses_nothing() {
-    let clock = OnePanicClock::default();
-    let b = panicking_clock_breaker(&clock)
+    let clock = PanickyClock::new();
+    let b = panicky_breaker(&clock)
         .track_in_flight(true)
         .trip_windows(1)
         .build()
@@ -499,7 +549,7 @@ fn a_clock_panic_during_the_in_flight_claim_loses_nothing() {
         b.allow().unwrap().record_latency(5 * MS, true);
     }
     clock.advance(2 * SEC);
-    clock.panic_at_read(2); // read 1: the close's own; read 2: the claim's
+    clock.panic_at_read(2, 2); // read 1: the close's own; reads 2 and 3: the claim's
     b.tick();
     assert!(clock.panicked());
     clock.advance(SEC);
@@ -513,4 +563,24 @@ fn a_clock_panic_during_the_in_flight_claim_loses_nothing() {
     }
     assert_eq!(b.snapshot().trip_count, 1, "{:?}", b.snapshot());
     drop(hung);
+}
+
+/// A thread's first read of the clock panicking twice has no time to fall
+/// back on: the panic goes to the caller (and the breaker is still sound).
+#[test]
+fn a_threads_first_read_panicking_twice_panics() {
+    let clock = PanickyClock::new();
+    let b = panicky_breaker(&clock).build().unwrap();
+    let (c, b2) = (clock.clone(), b.clone());
+    let r = std::thread::spawn(move || {
+        c.panic_at_read(1, 2);
+        catch_unwind(AssertUnwindSafe(|| b2.allow().map(Permit::abandon)))
+    })
+    .join()
+    .unwrap();
+    assert!(r.is_err());
+    b.allow().unwrap().record(true);
+    clock.advance(2 * SEC);
+    b.tick();
+    assert_eq!(b.snapshot().totals.calls, 1);
 }

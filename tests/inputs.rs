@@ -201,8 +201,29 @@ fn an_errors_accepted_range_is_accepted_and_its_call_is_quoted_whole() {
         .failure_count(5, 10240 * MS)
         .build()
         .unwrap();
-    let err = Breaker::builder().quantile(99.0).build().unwrap_err();
-    assert!(err.reason().ends_with("(a percentile? P99 is quantile(0.99))"), "{err}");
+    for (q, hint) in [
+        (99.0, "P99 is quantile(0.99)"),
+        (99.9, "P99.9 is quantile(0.999)"),
+        (100.0, "P100 is quantile(1)"),
+        (90.0, "P90 is quantile(0.9)"),
+    ] {
+        let err = Breaker::builder().quantile(q).build().unwrap_err();
+        assert!(err.reason().ends_with(&format!("(a percentile? {hint})")), "{err}");
+    }
+    // The range given is the range accepted, named where it is another setting.
+    let err = Breaker::builder().probe_lease(Duration::ZERO).build().unwrap_err();
+    assert!(
+        err.reason()
+            .contains("accepted: latency_threshold (50ms, its default) to 86400s"),
+        "{err}"
+    );
+    Breaker::builder().probe_lease(50 * MS).build().unwrap();
+    let err = Breaker::builder().jitter(Jitter::Bounded(2.0)).build().unwrap_err();
+    assert!(
+        err.reason()
+            .starts_with("jitter(Jitter::Bounded(2.0)) must lie in [0, 1]"),
+        "{err}"
+    );
     for (err, call) in [
         (
             Breaker::builder().flapping(5, Duration::ZERO).build().unwrap_err(),

@@ -126,11 +126,11 @@ pub(crate) struct Inner {
     /// (or a `Ticker` handle) lives, and stops with the last one.
     #[cfg(not(tailguard_loom))]
     _ticker: Option<crate::Ticker>,
-    /// The task ticking a breaker on tokio's clock on the runtime it was
-    /// built in (set once, just after construction), aborted with the
-    /// breaker.
+    /// For a breaker on tokio's clock: the runtime it was built in (set
+    /// once, just after construction), whose context the ticker thread
+    /// enters to read the clock as that runtime reads it (paused or not).
     #[cfg(all(feature = "tokio", not(tailguard_loom)))]
-    runtime_ticks: std::sync::OnceLock<AbortOnDrop>,
+    pub(super) runtime: std::sync::OnceLock<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for Inner {
@@ -231,6 +231,7 @@ impl Breaker {
                 ring_pos: 0,
                 high: 0,
                 evidence: 0,
+                evidence_windows: 0,
                 last: WindowStats::default(),
                 totals: Totals::default(),
             }),
@@ -252,7 +253,7 @@ impl Breaker {
             #[cfg(not(tailguard_loom))]
             _ticker: ticker,
             #[cfg(all(feature = "tokio", not(tailguard_loom)))]
-            runtime_ticks: std::sync::OnceLock::new(),
+            runtime: std::sync::OnceLock::new(),
             flaps: Mutex::new(Flaps {
                 times: flap_times,
                 pos: 0,
@@ -665,51 +666,17 @@ impl Breaker {
         Arc::downgrade(&self.inner)
     }
 
-    /// Ticks this breaker (on tokio's clock) from a task on `runtime`, at
-    /// each of its own deadlines (window end, backoff end) as the ticker
-    /// thread ticks the others; the task holds no strong handle, and is
-    /// aborted when the breaker is dropped (see `BreakerBuilder::ticker`).
+    /// Reads this breaker's clock (tokio's) in the context of `runtime`
+    /// wherever it is ticked from (see `BreakerBuilder::ticker`).
     #[cfg(all(feature = "tokio", not(tailguard_loom)))]
-    pub(crate) fn tick_on(&self, runtime: &tokio::runtime::Handle) {
-        let weak = Arc::downgrade(&self.inner);
-        let task = runtime.spawn(async move {
-            loop {
-                let until = match weak.upgrade() {
-                    // As on the ticker thread: a panic in a tick (a
-                    // listener's is caught already) must not end the
-                    // ticking; nor one in the drop of the last handle.
-                    Some(inner) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-                        let until = inner.tick_for_ticker();
-                        drop(inner);
-                        until
-                    }))
-                    .unwrap_or_else(|payload| {
-                        crate::events::swallow(payload);
-                        1_000_000_000
-                    }),
-                    None => return,
-                };
-                tokio::time::sleep(Duration::from_nanos(until.max(1_000_000))).await;
-            }
-        });
-        let _ = self.inner.runtime_ticks.set(AbortOnDrop(task.abort_handle()));
+    pub(crate) fn read_in(&self, runtime: tokio::runtime::Handle) {
+        let _ = self.inner.runtime.set(runtime);
     }
 
     /// The breaker behind `weak`, if it is still alive.
     #[cfg(feature = "tokio")]
     pub(crate) fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Breaker> {
         weak.upgrade().map(|inner| Breaker { inner })
-    }
-}
-
-/// A task's abort handle that aborts it when dropped.
-#[cfg(all(feature = "tokio", not(tailguard_loom)))]
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-#[cfg(all(feature = "tokio", not(tailguard_loom)))]
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -28,14 +28,17 @@ pub(super) struct TickState {
     /// generation is still this one after that drain (nothing between two
     /// drains straddles a transition), whatever the tick cadence.
     pub(super) window_gen: u64,
-    /// Per-window (calls, errors), newest at `ring_pos - 1`.
+    /// Per-window (calls, errors), newest at `ring_pos - 1` (at most 1024
+    /// windows: `MAX_ROLLING_WINDOWS`).
     pub(super) ring: Box<[(u32, u32)]>,
-    pub(super) ring_pos: u32,
+    pub(super) ring_pos: u16,
     /// The highest time seen by window close (step-back detection).
     pub(super) high: u64,
     /// The trip rule's sequential test over sparse spans (micro-nats; see
     /// `crate::trip`): carried from close to close, cleared with the ring.
     pub(super) evidence: u32,
+    /// The windows it was gathered over (see `crate::trip`).
+    pub(super) evidence_windows: u8,
     pub(super) last: WindowStats,
     pub(super) totals: Totals,
 }
@@ -57,13 +60,14 @@ impl TickState {
     fn clear_ring(&mut self) {
         self.ring.iter_mut().for_each(|e| *e = (0, 0));
         self.evidence = 0;
+        self.evidence_windows = 0;
     }
 
     fn push(&mut self, calls: u64, errors: u64) {
         let len = self.ring.len();
         let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         self.ring[self.ring_pos as usize] = (narrow(calls), narrow(errors));
-        self.ring_pos = ((self.ring_pos as usize + 1) % len) as u32;
+        self.ring_pos = ((self.ring_pos as usize + 1) % len) as u16;
     }
 
     /// Sum of the newest `n` windows.
@@ -227,7 +231,7 @@ impl Inner {
             ts.sum(c.failure_windows as usize).1
         };
         let gen = ts.window_gen;
-        let mut evidence = ts.evidence;
+        let mut evidence = (ts.evidence, ts.evidence_windows);
         let (seen, stored, reason) = self.state.update(|w| {
             if w.state() != State::Closed || self.state.full_generation(w) != gen {
                 return Decision::Keep(None);
@@ -241,15 +245,16 @@ impl Inner {
                 span_failures,
                 breaches: w.breaches(),
                 evidence: ts.evidence,
+                evidence_windows: ts.evidence_windows,
             };
             let verdict = trip::judge(&c.rule, &input);
-            evidence = verdict.evidence;
+            evidence = (verdict.evidence, verdict.evidence_windows);
             match verdict.trip {
                 Some(r) => Decision::Set(w.transition(State::Open, w.mode()), Some(r)),
                 None => Decision::Set(w.with_breaches(verdict.breaches), None),
             }
         });
-        ts.evidence = evidence;
+        (ts.evidence, ts.evidence_windows) = evidence;
         if let (Some(next), Some(reason)) = (stored, reason) {
             ts.clear_ring();
             self.note(seen, next, reason, now);
@@ -274,6 +279,9 @@ impl Inner {
     /// (or the end of the backoff, if sooner).
     #[cfg(not(tailguard_loom))]
     pub(crate) fn tick_for_ticker(&self) -> u64 {
+        // Tokio's clock, read as its runtime reads it (a paused one too).
+        #[cfg(feature = "tokio")]
+        let _context = self.runtime.get().map(tokio::runtime::Handle::enter);
         let mut ts = self.tick.lock();
         self.tick_locked(&mut ts);
         let now = ts.high;
@@ -301,6 +309,7 @@ mod tests {
             ring_pos: 0,
             high: 0,
             evidence: 0,
+            evidence_windows: 0,
             last: WindowStats::default(),
             totals: Totals::default(),
         }
@@ -346,6 +355,7 @@ mod tests {
                 ring_pos: 0,
                 high: 0,
                 evidence: 0,
+                evidence_windows: 0,
                 last: WindowStats::default(),
                 totals: Totals::default(),
             };

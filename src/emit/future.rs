@@ -373,12 +373,13 @@ impl<T> Emitter<T> {
 /// Spawns a task on the current tokio runtime that ticks `breaker` every
 /// `period` ([`Breaker::tick`]), and ends when the breaker is dropped.
 ///
-/// A breaker on [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
-/// built inside a runtime is ticked there already, at its own deadlines
-/// (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)); this is
-/// for one built with `ticker(false)` (outside a runtime, say, or to tick
-/// on a runtime other than the one it was built in, at a period of your
-/// choosing).
+/// For a breaker on [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
+/// under a paused clock (tests with `start_paused`), built with
+/// `ticker(false)`: the ticker thread wakes on the real clock, so windows
+/// that virtual time runs through in an instant close together at its next
+/// wake; ticked here, on the runtime, they close on virtual time, one by
+/// one (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)). The
+/// task's timer makes a paused runtime auto-advance whenever it is idle.
 ///
 /// Must be called from within a tokio runtime.
 ///

@@ -26,7 +26,11 @@ use std::time::Duration;
 /// own (`reqwest_middleware::Error::Middleware`: a local rate limit, a
 /// request it refused) is not judged, since the request may never have
 /// been sent: the permit is cancelled, as
-/// [`on_cancel`](crate::BreakerBuilder::on_cancel) says.
+/// [`on_cancel`](crate::BreakerBuilder::on_cancel) says. So put a retry
+/// middleware before this one (`.with(retry).with(breaker)`): each attempt
+/// is then judged on its own, and a retry middleware's own error (some wrap
+/// the last transport error as `Error::Middleware`) never hides a failure
+/// from the breaker.
 /// The latency is measured on the breaker's clock, from the permit to the
 /// response's headers; put the middleware first for it to time the whole
 /// chain after it.

@@ -43,10 +43,10 @@ fn exceeds(part: u64, whole: u64, limit_ppb: u64) -> bool {
 /// with `p0 = 1 − q` (at least 10^-6, at most 1 − 10^-6) and
 /// `p1 = min(10 p0, (1 + p0) / 2)`, a slow call adds `ln(p1 / p0)`, any
 /// other call takes `ln((1 − p0) / (1 − p1))` off, in micro-nats rounded to
-/// the nearest (at least 1), a window adding at most `1 / trip_windows` of
-/// the bound, never below zero, cleared by a dense window that does not
-/// breach; it trips at `ln 10^6` micro-nats rounded down. Returns (slow
-/// weight, fast weight, bound).
+/// the nearest (at least 1), never below zero nor above the bound, cleared
+/// by a dense window that does not breach; it trips at `ln 10^6` micro-nats
+/// rounded down, gathered over `trip_windows` windows with calls at the
+/// least. Returns (slow weight, fast weight, bound).
 fn sparse_weights(quantile_ppb: u64) -> (u64, u64, u64) {
     let p0 = ((1_000_000_000 - quantile_ppb) as f64 / 1e9).clamp(1e-6, 1.0 - 1e-6);
     let p1 = (10.0 * p0).min((1.0 + p0) / 2.0);
@@ -129,6 +129,9 @@ pub struct Breaker {
     ring_pos: usize,
     /// The sequential test's evidence, micro-nats.
     evidence: u64,
+    /// How many windows with calls it was gathered over since it was last
+    /// zero (a span of several windows counts them all).
+    gathered_over: u64,
     pending: Window,
     pub last: Window,
     pub totals: Window,
@@ -168,6 +171,7 @@ impl Breaker {
             ring: vec![(0, 0); ring_len],
             ring_pos: 0,
             evidence: 0,
+            gathered_over: 0,
             pending: Window::default(),
             last: Window::default(),
             totals: Window::default(),
@@ -492,7 +496,7 @@ impl Breaker {
             self.totals.cancelled += counts.cancelled;
             self.totals.stale += counts.stale;
             self.ring.iter_mut().for_each(|e| *e = (0, 0));
-            self.evidence = 0;
+            (self.evidence, self.gathered_over) = (0, 0);
             self.window_generation = self.generation;
             return;
         }
@@ -564,7 +568,7 @@ impl Breaker {
         self.totals.stale += counts.stale;
         if !judged {
             self.ring.iter_mut().for_each(|e| *e = (0, 0));
-            self.evidence = 0;
+            (self.evidence, self.gathered_over) = (0, 0);
             return;
         }
         // Each window's even share, oldest first, the remainder to the
@@ -579,16 +583,20 @@ impl Breaker {
         let dense = counts.calls > 0 && counts.calls >= c.min_calls.saturating_mul(windows);
         let breach = dense && exceeds(counts.slow, counts.calls, 1_000_000_000 - c.quantile_ppb);
         let (slow_weight, fast_weight, bound) = sparse_weights(c.quantile_ppb);
-        self.evidence = if dense && !breach {
-            0
+        if dense && !breach {
+            (self.evidence, self.gathered_over) = (0, 0);
         } else {
             let slow = counts.slow.min(counts.calls);
-            // A window adds at most 1 / trip_windows of the bound.
-            let cap = bound.div_ceil(u64::from(c.trip_windows.max(1))).saturating_mul(windows);
             let llr = i128::from(slow.saturating_mul(slow_weight))
                 - i128::from((counts.calls - slow).saturating_mul(fast_weight));
-            (i128::from(self.evidence) + llr.min(i128::from(cap))).clamp(0, i128::from(bound)) as u64
-        };
+            let was_zero = self.evidence == 0;
+            self.evidence = (i128::from(self.evidence) + llr).clamp(0, i128::from(bound)) as u64;
+            if self.evidence == 0 {
+                self.gathered_over = 0;
+            } else if counts.calls > 0 {
+                self.gathered_over = if was_zero { 0 } else { self.gathered_over } + windows;
+            }
+        }
         let breaches = if breach {
             self.breaches.saturating_add(windows.min(255) as u8)
         } else {
@@ -600,7 +608,7 @@ impl Breaker {
         let count_trip = c.failure_count.is_some_and(|(n, span)| self.sum(span).1 >= n);
         let reason = if breaches >= c.trip_windows {
             Some(Reason::LatencyBreach)
-        } else if self.evidence >= bound {
+        } else if self.evidence >= bound && self.gathered_over >= u64::from(c.trip_windows) {
             Some(Reason::SparseLatency)
         } else if error_trip {
             Some(Reason::ErrorRate)
@@ -612,7 +620,7 @@ impl Breaker {
         match reason {
             Some(r) => {
                 self.ring.iter_mut().for_each(|e| *e = (0, 0));
-                self.evidence = 0;
+                (self.evidence, self.gathered_over) = (0, 0);
                 self.transition(State::Open, self.mode, r, now);
             }
             None => self.breaches = breaches,
