@@ -1493,6 +1493,7 @@ fn a_slow_consumer_at_three_calls_a_second_trips() {
 /// hours of the manual clock and never trips; a lone slow call in a quiet
 /// second never does either.
 #[test]
+#[cfg_attr(miri, ignore = "a day of calls, 260,000 of them; hours under Miri")]
 fn a_healthy_sparse_consumer_never_trips_in_a_day() {
     let clock = ManualClock::new();
     let b = builder(&clock).latency_threshold(100 * MS).build().unwrap();
@@ -1646,6 +1647,7 @@ fn a_call_admitted_after_many_transitions_is_not_claimed_stale() {
 /// under), and the close still claims it as stale, never as a call of the
 /// current generation (and a call admitted after them, not at all).
 #[test]
+#[cfg_attr(miri, ignore = "16,384 transitions; many minutes under Miri")]
 fn a_hung_call_from_before_half_the_tag_range_of_transitions_is_claimed_stale() {
     for transitions in [(1u64 << 15) - 2, 1 << 15, (1 << 15) + 2] {
         let clock = ManualClock::new();

@@ -59,10 +59,20 @@ impl HookClock {
 impl Clock for HookClock {
     fn now_nanos(&self) -> u64 {
         let now = self.nanos.load(Ordering::SeqCst);
-        let due = self
-            .countdown
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok_and(|n| n == 1);
+        // Counts down to 1 (this read runs the hook), then stays at 0.
+        let mut n = self.countdown.load(Ordering::SeqCst);
+        let due = loop {
+            if n == 0 {
+                break false;
+            }
+            match self
+                .countdown
+                .compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => break n == 1,
+                Err(actual) => n = actual,
+            }
+        };
         if due {
             let hook = self.hook.lock().unwrap().take();
             if let Some(hook) = hook {
