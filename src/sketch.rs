@@ -8,7 +8,7 @@
 //! 2^36 ns ≈ 68.7 s (bucket [`TOP`] also takes everything slower). These are
 //! exactly the keys of a DDSketch with `γ = 2^(1/8)`: window close merges the
 //! shards' buckets into what such a sketch would hold and reads the
-//! quantiles off it with the sketch's own rank rule (`tests/observability.rs`
+//! quantiles off it with the sketch's own rank rule (`tests/observability/quantiles.rs`
 //! checks the result against `sketches-ddsketch` fed the same samples).
 //!
 //! The hot path finds the key without a logarithm: the exponent from

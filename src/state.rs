@@ -319,7 +319,7 @@ mod tests {
     /// whose winners have not published yet: with one thread, by none.
     /// Without publication it would fall further behind with every
     /// transition, and past half the 30-bit range `nearest` would resolve
-    /// the word to the wrong 64-bit generation (what `tests/wrap.rs` shows
+    /// the word to the wrong 64-bit generation (what `tests/breaker/generation_wrap.rs` shows
     /// with 2^30 real transitions, in release only). Checked across the wrap.
     #[test]
     fn every_transition_publishes_its_full_generation() {

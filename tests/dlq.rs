@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tailguard::dlq::{DeadLetterQueue, Full, Priority, Pushed, Stats};
+use tailguard::dlq::{DeadLetterQueue, Full, Priority, Pushed, Stats, MAX_CAPACITY};
 use tailguard::ConfigErrorKind;
 
 use Priority::{Critical, Idle, Routine};
@@ -487,4 +487,22 @@ fn f04_a_critical_push_is_refused_only_when_every_slot_holds_a_critical_item() {
         0,
         "Critical pushes refused while no Critical item was queued"
     );
+}
+
+/// From issue 10's adversarial inputs.
+#[test]
+fn a_queue_at_its_largest_capacity_fills_and_empties() {
+    let q = DeadLetterQueue::with_capacity(MAX_CAPACITY).unwrap();
+    for i in 0..MAX_CAPACITY as u32 {
+        assert!(matches!(q.push(i, Priority::Routine), Ok(Pushed::Queued)));
+    }
+    assert_eq!(q.len(), MAX_CAPACITY);
+    assert!(q.push(0, Priority::Routine).is_err());
+    assert!(
+        q.push(0, Priority::Critical).is_ok(),
+        "a Critical item displaces a Routine one"
+    );
+    assert_eq!(q.fallback_depth().critical, 1);
+    assert_eq!(q.pop(), Some((0, Priority::Critical)));
+    assert_eq!(q.pop(), Some((1, Priority::Routine)), "item 0 gave way");
 }

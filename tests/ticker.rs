@@ -5,6 +5,11 @@ use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tailguard::{Breaker, State, Ticker};
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{Bomb, MS};
+
 /// The ticker is one per process: the tests here take turns.
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -194,8 +199,6 @@ fn a_default_breaker_judges_with_no_ticker_handle_and_its_drop_ends_the_thread()
 // From the adversarial review of issue 8 (each failed on the commit it
 // attacked).
 
-const MS: Duration = Duration::from_millis(1);
-
 /// Spins until `at`.
 fn spin_until(at: Instant) {
     while Instant::now() < at {
@@ -287,16 +290,6 @@ fn t02_under_the_ticker_windows_below_min_calls_never_trip() {
         "windows of at most 7 calls (min_calls 20) tripped the breaker under the Ticker: last window {:?}",
         s.window
     );
-}
-
-/// A panic payload whose own `Drop` panics, `self.0` times in a chain.
-struct Bomb(u32);
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        if self.0 > 0 {
-            std::panic::panic_any(Bomb(self.0 - 1));
-        }
-    }
 }
 
 /// Promise (`BreakerBuilder::on_transition`: a listener panic "never unwinds

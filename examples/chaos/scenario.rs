@@ -1,5 +1,5 @@
 //! The chaos comparison's scenario, shared by the example (`main.rs`) and
-//! its test (`tests/chaos.rs`): one router, three consumers, one outage,
+//! its test (`tests/chaos/`): one router, three consumers, one outage,
 //! four strategies, run on tokio's clock (paused by default).
 //!
 //! The router receives a steady stream of triggers for each consumer and

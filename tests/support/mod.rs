@@ -1,64 +1,97 @@
-//! A counting global allocator for the zero-allocation tests: each test
-//! binary that declares `mod support;` gets it as its `#[global_allocator]`.
+//! What the test binaries share: the manual-clock fixtures of the breaker
+//! tests, the hook clock, panic payloads, and (behind their features) the
+//! emitter's and the tower layer's fixtures. Every binary declares it with
+//! `#[path = "../support/mod.rs"] mod support;` (or `"support/mod.rs"` from
+//! a single-file binary) and uses what it needs: a fixture is defined here
+//! once, never copied into a test file.
 //!
-//! It counts the allocations of the calling thread only, while
-//! [`allocations_during`] runs. Counting every thread's made the tests flaky:
-//! the test harness's main thread can still be allocating for a test it has
-//! just spawned when that test's first counted loop starts, and two tests
-//! counting at once would see each other's allocations. The code under test
-//! runs on the calling thread (no ticker, a manual clock), so nothing it does
-//! escapes the count.
+//! The reference models (`model/`) and the counting allocator
+//! (`tests/alloc/counting.rs`) are not here: the models are the property
+//! tests' alone, and a `#[global_allocator]` would take over every binary.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#![allow(dead_code)]
 
-struct Counting;
+pub mod hook;
 
-thread_local! {
-    // `const` and `Copy`: using them never allocates nor registers a
-    // destructor.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+pub mod emit;
+#[cfg(feature = "tower")]
+pub mod http;
+#[cfg(feature = "tower")]
+pub mod tower;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tailguard::clock::ManualClock;
+use tailguard::{Breaker, BreakerBuilder, Permit, State, Transition};
+
+pub const NS: Duration = Duration::from_nanos(1);
+pub const MS: Duration = Duration::from_millis(1);
+pub const SEC: Duration = Duration::from_secs(1);
+pub const HOUR: Duration = Duration::from_secs(3600);
+pub const DAY: Duration = Duration::from_secs(86_400);
+
+/// A breaker builder on `clock`, with no ticker: windows close at `tick()`.
+pub fn builder(clock: &ManualClock) -> BreakerBuilder {
+    Breaker::builder().clock(clock.clone()).ticker(false)
 }
 
-fn note() {
-    if COUNTING.with(Cell::get) {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+/// A breaker that lives for the rest of the test process, so that its
+/// permits can move into a clock hook (`'static`).
+pub fn leak(b: Breaker) -> &'static Breaker {
+    Box::leak(Box::new(b))
+}
+
+/// A permit parked where a clock hook can reach it.
+pub type Parked = Arc<Mutex<Option<Permit<'static>>>>;
+
+/// Records `calls` calls, `slow` of them at 900 ms and the rest at 8 ms,
+/// the first `errors` of them failed.
+pub fn traffic(b: &Breaker, calls: u64, slow: u64, errors: u64) {
+    for i in 0..calls {
+        let latency = if i < slow { 900 * MS } else { 8 * MS };
+        b.allow().expect("admitted").record_latency(latency, i >= errors);
     }
 }
 
-// SAFETY: forwards every call to the system allocator unchanged; counting
-// has no effect on the memory handed out.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
+/// Advances one window (the default, 1 s) and closes it.
+pub fn next_window(b: &Breaker, clock: &ManualClock) {
+    clock.advance(SEC);
+    b.tick();
+}
+
+/// Drives a default breaker to OPEN through three breaching windows.
+pub fn trip(b: &Breaker, clock: &ManualClock) {
+    for _ in 0..3 {
+        traffic(b, 100, 10, 0);
+        next_window(b, clock);
     }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller upholds `GlobalAlloc::alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
+    assert_eq!(b.state(), State::Open);
+}
+
+/// The transitions a listener saw, in order.
+pub type Seen = Arc<Mutex<Vec<Transition>>>;
+
+/// A listener that records every transition, and what it records into.
+pub fn recorder() -> (Seen, impl Fn(&Transition) + Send + Sync + 'static) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    (seen, move |t: &Transition| sink.lock().unwrap().push(*t))
+}
+
+/// A panic payload whose own `Drop` panics, `self.0` times in a chain.
+pub struct Bomb(pub u32);
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            std::panic::panic_any(Bomb(self.0 - 1));
+        }
     }
 }
 
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations (and reallocations) made by the calling thread while `f` runs.
-pub fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    ALLOCATIONS.with(Cell::get) - before
+/// A manual clock and a builder on it (no ticker).
+pub fn manual() -> (ManualClock, BreakerBuilder) {
+    let clock = ManualClock::new();
+    let b = builder(&clock);
+    (clock, b)
 }

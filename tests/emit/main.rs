@@ -1,0 +1,21 @@
+//! The emit path (`tailguard::emit`, `tailguard::Bulkhead`), one module per
+//! subject: the blocking emitter on the manual clock, the async one on
+//! tokio's paused clock (behind the `tokio` feature). Where a test came
+//! from is the last line of its doc.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod accounting;
+#[cfg(feature = "tokio")]
+mod cancellation;
+#[cfg(feature = "tokio")]
+mod consumers;
+mod outcomes;
+mod overrides;
+mod panics;
+mod replay;
+mod shutdown;
+mod timeouts;
+#[cfg(feature = "tokio")]
+mod tokio_clock;

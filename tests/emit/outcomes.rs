@@ -1,0 +1,164 @@
+//! What each emit does with its trigger: delivered (timed once, for the
+//! breaker, the deadline and the histogram), diverted at once by an OPEN
+//! breaker or a full bulkhead, displaced or handed back by a full queue.
+
+use crate::support::emit::*;
+use crate::support::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tailguard::clock::ManualClock;
+use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::emit::{Divert, Emitted, Emitter, HandBack};
+use tailguard::{RejectReason, State};
+
+#[test]
+fn delivered_emits_time_the_call_once_for_breaker_deadline_and_histogram() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    let out = e.emit_blocking(1, Priority::Routine, |t, deadline| {
+        assert_eq!(deadline.remaining(), 200 * MS);
+        clock.advance(30 * MS);
+        assert_eq!(deadline.remaining(), 170 * MS);
+        Ok::<_, ()>(*t + 1)
+    });
+    assert_eq!(out, Emitted::Delivered(2));
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!((w.calls, w.errors, w.slow), (1, 0, 0));
+    let s = e.stats();
+    assert_eq!((s.delivered, s.emit_times.count(), s.emit_times.sum()), (1, 1, 30 * MS));
+    let p50 = s.emit_times.quantiles().unwrap().p50;
+    assert!(p50.abs_diff(30 * MS) <= 30 * MS / 20, "{p50:?}");
+    assert_conserved(&s, 1);
+}
+
+#[test]
+fn an_open_breaker_diverts_at_once_without_calling_the_consumer() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    b.trip_now();
+    let calls = AtomicUsize::new(0);
+    for i in 0..5 {
+        let out = e.emit_blocking(i, Priority::Routine, |_, _| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, ()>(())
+        });
+        match out {
+            Emitted::Diverted {
+                reason: Divert::Open(r),
+                displaced: None,
+            } => assert_eq!(r.reason(), RejectReason::Open),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    let s = e.stats();
+    assert_eq!((s.diverted_open, s.queued), (5, 5));
+    assert_eq!(s.emit_times.sum(), Duration::ZERO, "no time passed: nothing waited");
+    assert_eq!(b.snapshot().rejections.open, 5);
+    assert_conserved(&s, 5);
+}
+
+#[test]
+fn a_full_bulkhead_diverts_without_calling() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .bulkhead(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let out = e.emit_blocking(1, Priority::Routine, |_, _| {
+        // The only bulkhead slot is taken by this call: a nested emit finds
+        // it full.
+        let nested = e.emit_blocking(2, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        assert!(matches!(
+            nested,
+            Emitted::Diverted {
+                reason: Divert::BulkheadFull,
+                ..
+            }
+        ));
+        Ok::<_, ()>(())
+    });
+    assert!(out.is_delivered());
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.snapshot().window.calls, 1, "the refused call is not counted");
+    let s = e.stats();
+    assert_eq!(
+        (s.diverted_bulkhead, s.bulkhead_rejections, s.bulkhead_in_flight),
+        (1, 1, 0)
+    );
+    assert_conserved(&s, 2);
+}
+
+#[test]
+fn a_bulkhead_refusal_in_half_open_leaves_the_probe_for_the_next_caller() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let bulkhead = tailguard::Bulkhead::new(1).unwrap();
+    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .shared_bulkhead(bulkhead.clone())
+        .build()
+        .unwrap();
+    b.trip_now();
+    clock.advance(60 * SEC);
+    let held = bulkhead.try_acquire().unwrap(); // someone else holds the only slot
+    let out = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    assert!(matches!(
+        out,
+        Emitted::Diverted {
+            reason: Divert::BulkheadFull,
+            ..
+        }
+    ));
+    assert_eq!(b.snapshot().probes_in_flight, 0, "abandoned, not held");
+    drop(held);
+    assert!(e
+        .emit_blocking(2, Priority::Routine, |_, _| Ok::<_, ()>(()))
+        .is_delivered());
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[test]
+fn a_full_queue_displaces_lower_classes_then_hands_back() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<&str>(&b, 2);
+    b.trip_now();
+    let fail = |_: &&str, _: &tailguard::emit::Deadline<'_>| Ok::<(), ()>(());
+    assert!(matches!(
+        e.emit_blocking("i1", Priority::Idle, fail),
+        Emitted::Diverted { displaced: None, .. }
+    ));
+    assert!(matches!(
+        e.emit_blocking("r1", Priority::Routine, fail),
+        Emitted::Diverted { displaced: None, .. }
+    ));
+    match e.emit_blocking("c1", Priority::Critical, fail) {
+        Emitted::Diverted {
+            displaced: Some(("i1", Priority::Idle)),
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    match e.emit_blocking("r2", Priority::Routine, fail) {
+        Emitted::HandedBack {
+            trigger: "r2",
+            class: Priority::Routine,
+            because: HandBack::QueueFull,
+            reason: Divert::Open(_),
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    let s = e.stats();
+    assert_eq!(
+        (s.diverted_open, s.displaced, s.handed_back_full, s.queued),
+        (3, 1, 1, 2)
+    );
+    assert_conserved(&s, 4);
+}

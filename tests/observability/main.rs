@@ -1,0 +1,17 @@
+//! What the breaker tells an operator: latency quantiles, flapping, the
+//! registry, its memory, the Prometheus export and the `tracing` events.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod flapping;
+// Its figures are for a build without `tracing`, whose event queue every
+// breaker then keeps.
+#[cfg(not(feature = "tracing"))]
+mod memory;
+#[cfg(feature = "prometheus")]
+mod prometheus_export;
+mod quantiles;
+mod registry;
+#[cfg(feature = "tracing")]
+mod tracing_events;

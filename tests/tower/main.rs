@@ -1,0 +1,18 @@
+//! The tower layer (`tailguard::tower`), one module per subject, on tokio's
+//! paused clock against in-process services, then around real HTTP clients
+//! (hyper; reqwest and reqwest-middleware behind their features). Where a
+//! test came from is the last line of its doc.
+#![cfg(feature = "tower")]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod fail_fast;
+mod hyper_client;
+mod judging;
+mod overrides;
+mod panics;
+mod permits;
+#[cfg(all(feature = "reqwest", feature = "reqwest-middleware"))]
+mod reqwest_client;
+mod timeouts;
