@@ -6,7 +6,10 @@
 #![cfg_attr(docsrs, feature(rustdoc_missing_doc_code_examples))]
 #![cfg_attr(docsrs, warn(rustdoc::missing_doc_code_examples))]
 
-// Leaves: plain data and pure rules, importing nothing of the machinery.
+// Leaves: plain data and pure rules. They import one another (the
+// configuration holds a `Backoff` and a trip `Rule`; every error is an
+// `error` type), never the machinery below.
+pub mod backoff;
 mod config;
 mod error;
 mod report;
@@ -15,7 +18,6 @@ mod sync;
 mod trip;
 
 // The machinery.
-pub mod backoff;
 mod breaker;
 mod builder;
 mod bulkhead;
