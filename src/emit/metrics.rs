@@ -15,28 +15,76 @@ use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
-/// What an emit ended in, besides the time it took.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Count {
-    Delivered,
-    DivertedOpen,
-    DivertedBulkhead,
-    DivertedTimeout,
-    DivertedFailed,
-    HandedBackFull,
-    HandedBackShutDown,
-    Displaced,
-    Overran,
-    Cancelled,
-    Replayed,
-    ReplayHandedBack,
-    Drained,
-    PanicDropped,
-    QueuedByHand,
-    BulkheadRejected,
+/// Defines every counter once: the variant that names it on the emit path
+/// ([`Count`]), the field it is read into ([`Read`]), and their number
+/// ([`COUNTS`], the length of each shard's array), so that a new counter is
+/// one line here (plus where it is counted, and its `EmitterStats` field
+/// and Prometheus family, which read it by name: a missing one is a
+/// compile error, never an index out of range).
+macro_rules! counters {
+    ($($(#[$doc:meta])* $variant:ident => $field:ident,)*) => {
+        /// What an emit ended in, besides the time it took.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Count {
+            $($(#[$doc])* $variant,)*
+        }
+
+        /// How many counters each shard keeps.
+        const COUNTS: usize = [$(Count::$variant),*].len();
+
+        /// Every counter, summed over the shards, with the emit times.
+        pub(crate) struct Read {
+            pub(crate) times: EmitTimes,
+            $(pub(crate) $field: u64,)*
+        }
+
+        impl Metrics {
+            /// Every counter, summed over the shards.
+            pub(crate) fn read(&self) -> Read {
+                Read {
+                    times: self.times(),
+                    $($field: self.sum(Count::$variant),)*
+                }
+            }
+        }
+    };
 }
 
-const COUNTS: usize = 16;
+counters! {
+    /// Emits that delivered their trigger.
+    Delivered => delivered,
+    /// Triggers queued: the breaker refused the call.
+    DivertedOpen => diverted_open,
+    /// Triggers queued: the bulkhead was full.
+    DivertedBulkhead => diverted_bulkhead,
+    /// Triggers queued: the call timed out.
+    DivertedTimeout => diverted_timeout,
+    /// Triggers queued: the call failed.
+    DivertedFailed => diverted_failed,
+    /// Triggers handed back: the queue was full.
+    HandedBackFull => handed_back_full,
+    /// Triggers handed back: the emitter is shut down.
+    HandedBackShutDown => handed_back_shut_down,
+    /// Queued triggers that gave way to a higher class.
+    Displaced => displaced,
+    /// Delivered calls that returned after the timeout.
+    Overran => overran,
+    /// Emits dropped unfinished.
+    Cancelled => cancelled,
+    /// Queued triggers delivered by replay.
+    Replayed => replayed,
+    /// Queued triggers replay handed back after their last attempt.
+    ReplayHandedBack => replay_handed_back,
+    /// Queued triggers handed to a drain's sink.
+    Drained => drained,
+    /// Triggers dropped as a panicking call unwound.
+    PanicDropped => dropped_in_panics,
+    /// Triggers queued by hand.
+    QueuedByHand => queued_by_hand,
+    /// Calls the bulkhead refused (this emitter's share).
+    BulkheadRejected => bulkhead_rejected,
+}
+
 /// Emit-time buckets: the breaker sketch's keys (eight per octave, 1 µs to
 /// 68.7 s), so the same quantile rule and error bound apply.
 const TIME_BUCKETS: usize = TOP + 1;
@@ -118,53 +166,9 @@ impl Metrics {
         EmitTimes { counts, sum_ns: sum }
     }
 
-    /// Every counter, summed over the shards.
-    pub(crate) fn read(&self) -> Read {
-        let c = |what| self.sum(what);
-        Read {
-            times: self.times(),
-            delivered: c(Count::Delivered),
-            diverted_open: c(Count::DivertedOpen),
-            diverted_bulkhead: c(Count::DivertedBulkhead),
-            diverted_timeout: c(Count::DivertedTimeout),
-            diverted_failed: c(Count::DivertedFailed),
-            handed_back_full: c(Count::HandedBackFull),
-            handed_back_shut_down: c(Count::HandedBackShutDown),
-            displaced: c(Count::Displaced),
-            overran: c(Count::Overran),
-            cancelled: c(Count::Cancelled),
-            replayed: c(Count::Replayed),
-            replay_handed_back: c(Count::ReplayHandedBack),
-            drained: c(Count::Drained),
-            dropped_in_panics: c(Count::PanicDropped),
-            queued_by_hand: c(Count::QueuedByHand),
-            bulkhead_rejected: c(Count::BulkheadRejected),
-        }
-    }
-
     pub(crate) fn heap_bytes(&self) -> usize {
         self.shards.len() * core::mem::size_of::<CachePadded<Shard>>()
     }
-}
-
-pub(crate) struct Read {
-    pub(crate) times: EmitTimes,
-    pub(crate) delivered: u64,
-    pub(crate) diverted_open: u64,
-    pub(crate) diverted_bulkhead: u64,
-    pub(crate) diverted_timeout: u64,
-    pub(crate) diverted_failed: u64,
-    pub(crate) handed_back_full: u64,
-    pub(crate) handed_back_shut_down: u64,
-    pub(crate) displaced: u64,
-    pub(crate) overran: u64,
-    pub(crate) cancelled: u64,
-    pub(crate) replayed: u64,
-    pub(crate) replay_handed_back: u64,
-    pub(crate) drained: u64,
-    pub(crate) dropped_in_panics: u64,
-    pub(crate) queued_by_hand: u64,
-    pub(crate) bulkhead_rejected: u64,
 }
 
 /// The emit-time histogram of an emitter: how long the router spent per
