@@ -4,8 +4,8 @@
 //! HALF_OPEN admits probes into a bounded number of slots, each with a lease
 //! of its own, and re-opens when a probe outlives its lease.
 //!
-//! Touches the state word (the OPEN → HALF_OPEN CAS, probe slots), the
-//! probe leases, `shadow_rejections`, and reads the published OPEN deadline.
+//! Touches the state word (probe slots), the probe leases and
+//! `shadow_rejections`; OPEN's answers are in `open.rs`.
 
 use super::permit::{Core, Tag};
 use super::Inner;
@@ -49,25 +49,6 @@ impl Inner {
             }
         }
         self.admit_slow(word, raw)
-    }
-
-    /// OPEN, no override, backoff running and the clock sane: the rejection
-    /// in a few loads and one clock read. Anything else (the deadline not yet
-    /// published, the backoff over, a clock that stepped back) takes the
-    /// slow path.
-    #[inline(always)]
-    pub(super) fn reject_open_fast(&self, word: Word, raw: u64) -> Option<Rejected> {
-        if self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation()) {
-            return None;
-        }
-        let deadline = self.deadline.load(Ordering::Acquire);
-        // A clock behind the breaker's start (negative) reads as far in the
-        // future here, and takes the slow path; so does one more than the
-        // longest backoff before the deadline (it stepped back).
-        let signed = self.signed_now(raw) as u64;
-        let earliest = deadline.saturating_sub(self.config.max_ns);
-        let now = signed.max(self.floor.load(Ordering::Relaxed));
-        (signed >= earliest && now < deadline).then(|| Rejected::new(RejectReason::Open, deadline - now))
     }
 
     /// An ordinary permit, admitted under `word` at the reading `start`.
@@ -129,72 +110,6 @@ impl Inner {
                     return Err(self.probes_busy(seen, raw));
                 }
             }
-        }
-    }
-
-    /// OPEN, without a verdict (for a caller that must answer before it
-    /// asks for a permit): the rejection `admit_open` would give at the
-    /// reading `raw`, or `None` if the backoff is over (or `word` is stale)
-    /// and `allow` must decide. Changes nothing: a clock seen stepped back
-    /// is read as `admit_open` would read it after correcting the time
-    /// (from the trip), without the correction.
-    #[cfg(any(feature = "tower", tailguard_loom))]
-    pub(super) fn open_refusal(&self, word: Word, raw: u64) -> Option<Rejected> {
-        if self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation()) {
-            // Being published (refused, as `admit_open` does), or over.
-            return (self.state.load() == word)
-                .then(|| Rejected::new(RejectReason::Open, self.config.backoff_ns(word.level())));
-        }
-        let deadline = self.deadline.load(Ordering::Acquire);
-        let signed = self.signed_now(raw);
-        let now = if i128::from(signed) < i128::from(deadline) - i128::from(self.config.max_ns) {
-            self.opened_at.load(Ordering::Acquire)
-        } else {
-            signed.max(0) as u64
-        };
-        let now = now.max(self.floor.load(Ordering::Acquire));
-        (now < deadline).then(|| Rejected::new(RejectReason::Open, deadline - now))
-    }
-
-    /// OPEN: reject until the deadline; the first caller past it moves the
-    /// breaker to HALF_OPEN and is its first probe.
-    pub(super) fn admit_open(&self, word: Word, raw: u64) -> Admit<'_> {
-        let gen = u64::from(word.generation());
-        if self.deadline_gen.load(Ordering::Acquire) != gen {
-            // Either this OPEN's deadline is being published right now, or
-            // this OPEN is over (its deadline withdrawn) and `word` is stale.
-            let current = self.state.load();
-            if current != word {
-                return Admit::Retry(current);
-            }
-            let d = self.config.backoff_ns(word.level());
-            return Admit::Reject(Rejected::new(RejectReason::Open, d));
-        }
-        let deadline = self.deadline.load(Ordering::Acquire);
-        let signed = self.signed_now(raw);
-        // A correct clock is never more than the longest backoff before the
-        // deadline; further back, it stepped back: resume from the trip.
-        let now = if i128::from(signed) < i128::from(deadline) - i128::from(self.config.max_ns) {
-            self.raise_floor(raw, self.opened_at.load(Ordering::Acquire))
-        } else {
-            signed.max(0) as u64
-        };
-        let now = now.max(self.floor.load(Ordering::Acquire));
-        if now < deadline {
-            return Admit::Reject(Rejected::new(RejectReason::Open, deadline - now));
-        }
-        let (_, stored, ()) = self.state.update(|w| {
-            if w != word {
-                return Decision::Keep(());
-            }
-            Decision::Set(w.transition(State::HalfOpen, w.mode()).with_probes(1), ())
-        });
-        match stored {
-            Some(next) => {
-                self.note(word, next, Reason::BackoffElapsed, now);
-                Admit::Probe(self.probe_permit(next, raw, now))
-            }
-            None => Admit::Retry(self.state.load()),
         }
     }
 

@@ -18,12 +18,12 @@
 //!
 //! # Lock order
 //!
-//! The hot path takes no lock except to make a transition (the `flaps` lock
+//! The hot path takes no lock except to make a transition (the OPEN lock, `open_lock`,
 //! to publish an OPEN deadline or count a flap, the event queue's lock to
 //! queue its event, and, into OPEN with a task parked, the open watch's
 //! lock to take the wakers), each alone, briefly. Nested, the order is:
-//! `tick` (window close, and `reset`) before `flaps`, before the event
-//! queue's lock and before the open watch's lock; `flaps`, the event
+//! `tick` (window close, and `reset`) before `open_lock`, before the event
+//! queue's lock and before the open watch's lock; `open_lock`, the event
 //! queue's lock and the open watch's lock are never held together; no lock
 //! is held while the listener runs, and no lock but `tick` (for a
 //! transition a window close or a reset makes) while a parked task's waker
@@ -32,6 +32,7 @@
 
 mod admission;
 mod flight;
+mod open;
 mod permit;
 #[cfg(all(test, not(tailguard_loom)))]
 mod tests;
@@ -68,7 +69,7 @@ use std::time::Duration;
 /// | `state` | every transition (hot path, window close, overrides) and the probe counts (hot path) |
 /// | `shards`, `leases`, `local_free`, `shadow_rejections` | the hot path (`allow`, verdicts); window close drains the shards |
 /// | `shift` | whoever notices the clock behind what the breaker acted on (window close, an OPEN admission) |
-/// | `deadline`, `opened_at`, `deadline_gen`, `trip_count`, `rng`, `flaps`, `flapping` | whoever makes a transition into OPEN or a re-open (hot path or window close), under `flaps` |
+/// | `deadline`, `opened_at`, `deadline_gen`, `trip_count`, `rng`, `open_lock`, `flapping` | whoever makes a transition into OPEN or a re-open (hot path or window close); the deadline and the re-open times under `open_lock` |
 /// | `tick`, `floor` | window close, under `tick` |
 /// | `events` | every transition queues; cold paths deliver |
 /// | `open_watch` | waiters register (cold); a transition into OPEN wakes them |
@@ -96,7 +97,7 @@ pub(crate) struct Inner {
     /// back past what it has acted on and keeps moving after a step.
     shift: AtomicU64,
 
-    // ---- written by transitions into OPEN and re-opens, under `flaps` ----
+    // ---- written by transitions into OPEN and re-opens (see `open.rs`) ----
     /// OPEN: when the next probe may start, when it opened, and the
     /// generation these two belong to (published after the CAS).
     deadline: AtomicU64,
@@ -104,9 +105,9 @@ pub(crate) struct Inner {
     deadline_gen: AtomicU64,
     trip_count: AtomicU64,
     rng: AtomicU64,
-    /// Times of recent re-opens; its lock also serialises the publication
-    /// of OPEN deadlines.
-    flaps: Mutex<Flaps>,
+    /// The OPEN lock: serialises the publication and withdrawal of OPEN
+    /// deadlines (`open.rs`), and holds the times of recent re-opens.
+    open_lock: Mutex<Flaps>,
     flapping: AtomicBool,
 
     // ---- written by window close, under `tick` ----
@@ -254,7 +255,7 @@ impl Breaker {
             _ticker: ticker,
             #[cfg(all(feature = "tokio", not(tailguard_loom)))]
             runtime: std::sync::OnceLock::new(),
-            flaps: Mutex::new(Flaps {
+            open_lock: Mutex::new(Flaps {
                 times: flap_times,
                 pos: 0,
             }),
@@ -695,11 +696,12 @@ impl Inner {
         };
         let word = self.state.load();
         let now = self.now();
-        let open = word.state() == State::Open
-            && word.mode() != Mode::ForcedOpen
-            && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation());
-        let (next_probe_in, open_for) = if open {
-            let deadline = self.deadline.load(Ordering::Acquire);
+        let deadline = if word.state() == State::Open && word.mode() != Mode::ForcedOpen {
+            self.published_deadline(word)
+        } else {
+            None
+        };
+        let (next_probe_in, open_for) = if let Some(deadline) = deadline {
             let opened = self.opened_at.load(Ordering::Acquire);
             (
                 Some(Duration::from_nanos(deadline.saturating_sub(now))),
@@ -755,7 +757,7 @@ impl Inner {
             + 2 * core::mem::size_of::<usize>() // the Arc's counts
             + self.shards.heap_bytes()
             + ts.ring.len() * core::mem::size_of::<(u32, u32)>()
-            + self.flaps.lock().times.len() * core::mem::size_of::<u64>()
+            + self.open_lock.lock().times.len() * core::mem::size_of::<u64>()
             + self.leases.len() * core::mem::size_of::<Lease>()
             + self.events.heap_bytes()
             + self.open_watch.heap_bytes()

@@ -2,6 +2,18 @@
 //! signed so that a clock that stepped back is seen, and the floor that keeps
 //! it from going back past what the breaker has acted on.
 //!
+//! One definition, three readings of it. The breaker's time at a clock
+//! reading `raw` is `nanos_of(raw) + shift` ([`signed_now`](Inner::signed_now)):
+//! negative before the breaker's start, and `shift` is raised when the
+//! clock is seen to step back, so that the time goes on from where the
+//! breaker was. What is reported (uptime, a snapshot) and what a window
+//! close measures in-flight calls against is that time, clamped at zero
+//! ([`now_from_raw`](Inner::now_from_raw)); what every other decision reads (a
+//! probe's lease, an in-flight epoch, a transition's time) is also never
+//! before the last window close ([`now_floored`](Inner::now_floored)). A
+//! window close detects a step against its own highest time; an OPEN
+//! against its deadline (`open.rs`, `stepped_back`).
+//!
 //! Touches `shift` (raised after a backward step; by window close, and by an
 //! OPEN admission that finds the clock behind its trip), reads `clock` and
 //! `floor`.
@@ -60,8 +72,6 @@ impl Inner {
             }
         }
     }
-
-    // ---- in-flight tracking ----
 }
 
 /// The end of a breaker's first window, relative to its start at `origin`

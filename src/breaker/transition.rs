@@ -3,9 +3,9 @@
 //! transition is followed by: an OPEN deadline published, a flap counted,
 //! the event queued.
 //!
-//! Touches the state word (transitions), `trip_count`, `rng`, the OPEN
-//! deadline (`deadline`, `opened_at`, `deadline_gen`, published under the
-//! `flaps` lock), `flaps` and `flapping`, and the event queue. Overrides are
+//! Touches the state word (transitions), `trip_count`, `rng`, the re-open
+//! times (under the OPEN lock, `open_lock`) and `flapping`, and the event
+//! queue; the OPEN deadline is published and withdrawn by `open.rs`. Overrides are
 //! cold paths and deliver events; nothing here called from the hot path
 //! does.
 
@@ -25,8 +25,9 @@ pub(super) enum ProbeOutcome {
     Cancelled,
 }
 
-/// Times of recent re-opens (a ring of `flap_cycles + 1`); its lock also
-/// serialises the publication of OPEN deadlines.
+/// Times of recent re-opens (a ring of `flap_cycles + 1`), held by the
+/// OPEN lock (`Inner::open_lock`), which also serialises the publication
+/// and withdrawal of OPEN deadlines (`open.rs`).
 #[derive(Debug)]
 pub(super) struct Flaps {
     pub(super) times: Box<[u64]>,
@@ -116,7 +117,7 @@ impl Inner {
         }
         if to.state() == State::Open && to.mode() != Mode::ForcedOpen {
             self.trip_count.fetch_add(1, Ordering::Relaxed);
-            self.publish_deadline(to, now);
+            self.open_since(to, now);
         }
         if to.state() == State::Open && to.mode() != Mode::MetricsOnly {
             // After the deadline is published: a woken task finds it.
@@ -128,7 +129,7 @@ impl Inner {
     /// One OPEN → HALF_OPEN → OPEN cycle at `now`: remembered, and the
     /// flapping flag raised if there are more than the limit in its span.
     fn count_flap(&self, now: u64) {
-        let mut flaps = self.flaps.lock();
+        let mut flaps = self.open_lock.lock();
         let pos = flaps.pos;
         flaps.times[pos] = now;
         flaps.pos = (pos + 1) % flaps.times.len();
@@ -138,31 +139,14 @@ impl Inner {
     }
 
     /// OPEN (not forced) since `now` at `to`: draws this OPEN's duration
-    /// (the backoff of its level, jittered) and publishes when the next
-    /// probe may start, unless a later transition happened meanwhile; under
-    /// the `flaps` lock, so a slow publisher cannot overwrite a later one.
-    fn publish_deadline(&self, to: Word, now: u64) {
+    /// (the backoff of its level, jittered) and publishes its deadline.
+    fn open_since(&self, to: Word, now: u64) {
         // Each value the draw takes (one, rarely more) is the next output of
         // the breaker's SplitMix64 sequence, stepped atomically.
         let d = self.config.open_ns(to.level(), || {
             splitmix(self.rng.fetch_add(GOLDEN_GAMMA, Ordering::Relaxed))
         });
-        let _guard = self.flaps.lock();
-        if self.state.load().generation() == to.generation() {
-            self.deadline.store(now.saturating_add(d), Ordering::Relaxed);
-            self.opened_at.store(now, Ordering::Relaxed);
-            self.deadline_gen.store(u64::from(to.generation()), Ordering::Release);
-        }
-    }
-
-    /// The OPEN of `from` is over: its deadline is withdrawn, so that no
-    /// later OPEN whose 30-bit generation is the same (2^30 transitions on)
-    /// can be taken for it between its CAS and its own publication.
-    fn retire_deadline(&self, from: Word) {
-        let _guard = self.flaps.lock();
-        if self.deadline_gen.load(Ordering::Acquire) == u64::from(from.generation()) {
-            self.deadline_gen.store(u64::MAX, Ordering::Release);
-        }
+        self.publish_deadline(to, now, d);
     }
 
     /// Queues the event of the transition `from` → `to` for the listener.
@@ -178,28 +162,6 @@ impl Inner {
                 at: Duration::from_nanos(now),
                 flapping: self.flapping.load(Ordering::Acquire),
             });
-        }
-    }
-
-    /// OPEN whose backoff ran out at `now`: HALF_OPEN, even with no caller
-    /// (window close does this; a caller of `allow` may first).
-    pub(super) fn half_open_if_due(&self, now: u64) {
-        let word = self.state.load();
-        if word.state() != State::Open
-            || word.mode() == Mode::ForcedOpen
-            || self.deadline_gen.load(Ordering::Acquire) != u64::from(word.generation())
-            || now < self.deadline.load(Ordering::Acquire)
-        {
-            return;
-        }
-        let (_, stored, ()) = self.state.update(|w| {
-            if w != word {
-                return Decision::Keep(());
-            }
-            Decision::Set(w.transition(State::HalfOpen, w.mode()), ())
-        });
-        if let Some(next) = stored {
-            self.note(word, next, Reason::BackoffElapsed, now);
         }
     }
 

@@ -113,7 +113,7 @@ impl Inner {
         self.lease_expired(self.state.load(), now);
 
         if self.flapping.load(Ordering::Relaxed)
-            && self.flaps.lock().count(now, self.config.flap_ns) <= self.config.flap_cycles as usize
+            && self.open_lock.lock().count(now, self.config.flap_ns) <= self.config.flap_cycles as usize
         {
             self.flapping.store(false, Ordering::Release);
         }
@@ -288,8 +288,10 @@ impl Inner {
         let mut until = ts.window_end.saturating_sub(now);
         drop(ts);
         let word = self.state.load();
-        if word.state() == State::Open && self.deadline_gen.load(Ordering::Acquire) == u64::from(word.generation()) {
-            until = until.min(self.deadline.load(Ordering::Acquire).saturating_sub(now));
+        if word.state() == State::Open {
+            if let Some(deadline) = self.published_deadline(word) {
+                until = until.min(deadline.saturating_sub(now));
+            }
         }
         self.events.deliver();
         until

@@ -549,20 +549,19 @@ fn a_call_between_a_trip_and_its_deadline_is_told_the_new_backoff() {
     assert_eq!((r.reason(), r.retry_after()), (RejectReason::Open, Some(SEC)));
 }
 
-/// Kills, in `src/breaker/admission.rs`, `Inner::admit_open`:
-/// `i128::from(signed) < i128::from(deadline) - i128::from(self.config.max_ns)`,
-/// `<` → `<=`.
-///
 /// "A correct clock is never more than the longest backoff before the
 /// deadline": a reading exactly `max_backoff` before it is taken as it
 /// is, and one nanosecond earlier as a step back (time resumes from the
-/// trip). The rejection fast path (`reject_open_fast`, `signed >=
-/// earliest`) draws the line there; so must the slow path, which an OPEN
-/// breaker in metrics-only mode always takes. The mutant takes the
-/// boundary reading for a step back: it moves the breaker's time forward
-/// to the trip (29 s), and the next probe looks 1 s away instead of 30 s.
+/// trip), on the rejection fast path and on the slow path, which an OPEN
+/// breaker in metrics-only mode always takes. Both read the boundary from
+/// one definition now (`stepped_back` in `src/breaker/open.rs`); taking
+/// the boundary reading for a step back would move the breaker's time
+/// forward to the trip (29 s), and the next probe would look 1 s away
+/// instead of 30 s.
 ///
-/// Kills the mutants named above (the `cargo mutants` run on d617b3f).
+/// Written to kill a mutant of the slow path's copy of the boundary
+/// (`<` → `<=`, the `cargo mutants` run on d617b3f), when the two paths
+/// had one each.
 #[test]
 fn a_reading_exactly_max_backoff_before_the_deadline_is_not_a_step_back_on_either_path() {
     let build = |clock: &ManualClock| {
