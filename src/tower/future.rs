@@ -1,0 +1,192 @@
+//! [`ResponseFuture`], the future of each call: a refused request's error
+//! at once, or the inner future polled under the timeout, its response
+//! judged and its latency and verdict given to the breaker.
+
+use super::classify::Classify;
+use super::error::BreakerError;
+use crate::breaker::OwnedPermit;
+use crate::bulkhead::OwnedBulkheadPermit;
+use crate::report::Rejected;
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+// For the docs' links only.
+#[cfg(doc)]
+use super::BreakerService;
+
+/// A request turned away before the inner service saw it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Refusal {
+    Rejected(Rejected),
+    BulkheadFull,
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        /// Turned away; `None` once that is reported.
+        Refused { refusal: Option<Refusal> },
+        /// The inner service's future, and the timer once armed (boxed: a
+        /// timer is as large as the rest of the future together, and most
+        /// requests complete without one; see `poll`).
+        Called {
+            #[pin]
+            call: F,
+            sleep: Option<Pin<Box<Sleep>>>,
+        },
+        /// Timed out: the inner future is dropped.
+        Done,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of a [`BreakerService`]. Dropping it before it
+    /// completes gives the bulkhead slot back and cancels the breaker
+    /// permit (a probe's slot included).
+    pub struct ResponseFuture<F, C> {
+        #[pin]
+        kind: Kind<F>,
+        // The verdict goes in when the response is judged; `None` after.
+        permit: Option<OwnedPermit>,
+        // Held until the future completes or is dropped.
+        _slot: Option<OwnedBulkheadPermit>,
+        timeout_ns: Option<u64>,
+        classify: C,
+    }
+}
+
+impl<F, C> ResponseFuture<F, C> {
+    pub(super) fn refused(refusal: Refusal, classify: C) -> Self {
+        Self {
+            kind: Kind::Refused { refusal: Some(refusal) },
+            permit: None,
+            _slot: None,
+            timeout_ns: None,
+            classify,
+        }
+    }
+
+    /// A request the inner service was called with: `call` is its future.
+    pub(super) fn called(
+        call: F,
+        permit: OwnedPermit,
+        slot: Option<OwnedBulkheadPermit>,
+        timeout_ns: Option<u64>,
+        classify: C,
+    ) -> Self {
+        Self {
+            kind: Kind::Called { call, sleep: None },
+            permit: Some(permit),
+            _slot: slot,
+            timeout_ns,
+            classify,
+        }
+    }
+}
+
+impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("permit", &self.permit)
+            .field("timeout", &self.timeout_ns.map(Duration::from_nanos))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Nanoseconds since the permit's start, on the breaker's clock.
+pub(super) fn elapsed_ns(permit: &OwnedPermit) -> u64 {
+    permit
+        .clock()
+        .map_or(0, |clock| clock.delta_nanos(permit.start(), clock.raw()))
+}
+
+impl<F, C, R, E> Future for ResponseFuture<F, C>
+where
+    F: Future<Output = Result<R, E>>,
+    C: Classify<R>,
+{
+    type Output = Result<R, BreakerError<E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let (mut call, sleep) = match this.kind.as_mut().project() {
+            KindProj::Refused { refusal } => {
+                return Poll::Ready(Err(match refusal.take().expect("polled after completion") {
+                    Refusal::Rejected(r) => BreakerError::Rejected(r),
+                    Refusal::BulkheadFull => BreakerError::BulkheadFull,
+                }))
+            }
+            KindProj::Called { call, sleep } => (call, sleep),
+            KindProj::Done => panic!("polled after completion"),
+        };
+        let polled = match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(polled) => polled,
+            Err(panic) => {
+                if let Some(permit) = this.permit.take() {
+                    let latency = elapsed_ns(&permit);
+                    permit.record_latency(Duration::from_nanos(latency), false);
+                }
+                resume_unwind(panic)
+            }
+        };
+        if let Poll::Ready(result) = polled {
+            let permit = this.permit.take().expect("a called request holds its permit");
+            let latency_ns = elapsed_ns(&permit);
+            let latency = Duration::from_nanos(latency_ns);
+            // The inner future is dropped now, and its destructor is its
+            // code too: a panic there is a failed call, like one in `poll`.
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
+                this._slot.take();
+                permit.record_latency(latency, false);
+                resume_unwind(panic)
+            }
+            if this.timeout_ns.is_some_and(|budget| latency_ns > budget) {
+                // Past the timeout (the timer fired in this same poll, or
+                // the wake-up came late): returned, counted as a timeout.
+                permit.record_timeout(latency);
+                this._slot.take();
+                return Poll::Ready(result.map_err(BreakerError::Inner));
+            }
+            let ok = match &result {
+                Err(_) => false,
+                Ok(response) => match catch_unwind(AssertUnwindSafe(|| this.classify.is_failure(response))) {
+                    Ok(failure) => !failure,
+                    Err(panic) => {
+                        permit.record_latency(latency, false);
+                        resume_unwind(panic)
+                    }
+                },
+            };
+            permit.record_latency(latency, ok);
+            this._slot.take();
+            return Poll::Ready(result.map_err(BreakerError::Inner));
+        }
+        let Some(budget_ns) = *this.timeout_ns else {
+            return Poll::Pending;
+        };
+        if sleep.is_none() {
+            let permit = this.permit.as_ref().expect("a called request holds its permit");
+            let left = budget_ns.saturating_sub(elapsed_ns(permit));
+            match Instant::now().checked_add(Duration::from_nanos(left)) {
+                Some(at) => *sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+                None => return Poll::Pending, // centuries away: no timer
+            }
+        }
+        match sleep.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => {
+                let permit = this.permit.take().expect("a called request holds its permit");
+                let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));
+                permit.record_timeout(elapsed);
+                this._slot.take();
+                this.kind.set(Kind::Done);
+                Poll::Ready(Err(BreakerError::TimedOut(elapsed)))
+            }
+            _ => Poll::Pending,
+        }
+    }
+}
