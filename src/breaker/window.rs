@@ -84,6 +84,20 @@ impl TickState {
     }
 }
 
+/// What a window close drained: the counts since the last drain (and the
+/// in-flight calls it claimed as slow), over `windows` windows, the newest
+/// ending at `closed_at`; `counted_in`, the full generation they were
+/// counted in; `judged`, whether the trip rule may judge them.
+struct Span {
+    counts: Counts,
+    in_flight: u64,
+    latency: Option<LatencyQuantiles>,
+    windows: u64,
+    closed_at: u64,
+    counted_in: u64,
+    judged: bool,
+}
+
 impl Inner {
     /// Closes due windows, then delivers waiting events (whatever made them:
     /// this tick, or `allow` and `record` since the last one).
@@ -94,8 +108,46 @@ impl Inner {
         self.events.deliver();
     }
 
-    /// The work of a tick, under the tick lock.
+    /// The work of a tick, under the tick lock. Its steps, in this order,
+    /// which carries the correctness argument:
+    ///
+    /// 1. [`advance_time`](Self::advance_time): one clock reading, raised
+    ///    to the highest time a close has seen if the clock stepped back,
+    ///    and published as `floor`. Every later step, and every decision
+    ///    outside a close until the next one, reads time at least this
+    ///    late, so nothing can be dated before what this close acts on.
+    /// 2. [`expire`](Self::expire): an OPEN whose backoff ended moves to
+    ///    HALF_OPEN, a probe out past its lease re-opens, an aged-out
+    ///    flapping flag clears. Before the windows: the span judged below
+    ///    must see the state these leave (a span that straddles one of
+    ///    these transitions is not judged).
+    /// 3. [`due_windows`](Self::due_windows): nothing more until the
+    ///    current window has ended; then how many windows this close ends
+    ///    (one tick may end several: their counts are one span, judged as
+    ///    if spread evenly over them).
+    /// 4. [`drain_span`](Self::drain_span): the generation read before the
+    ///    drain (kept for the next close), the shards drained, the state
+    ///    read after it. The span is judged only if the generation after
+    ///    this drain is the one read before the last drain: no transition
+    ///    between two drains, whatever the tick cadence. In-flight calls
+    ///    are claimed after the drain, against the state read after it
+    ///    (stale if from before a transition, slow if hung in a judged span).
+    /// 5. [`close_span`](Self::close_span): the span recorded (last window,
+    ///    totals, rolling ring) and, if judged, the trip rule applied by a
+    ///    CAS that holds only if the state is still CLOSED in the generation
+    ///    the span was counted in.
     fn tick_locked(&self, ts: &mut TickState) {
+        let now = self.advance_time(ts);
+        self.expire(now);
+        let Some((windows, closed_at)) = self.due_windows(ts, now) else {
+            return;
+        };
+        let span = self.drain_span(ts, windows, closed_at);
+        self.close_span(ts, span, now);
+    }
+
+    /// Step 1: the close's time, published as `floor`.
+    fn advance_time(&self, ts: &mut TickState) -> u64 {
         let raw = self.clock.raw();
         let signed = self.signed_now(raw);
         let now = if signed < ts.high as i64 {
@@ -104,37 +156,41 @@ impl Inner {
             signed as u64
         };
         ts.high = now;
-        // Every decision from here on reads time at least this late.
         self.floor.store(now, Ordering::Release);
+        now
+    }
 
+    /// Step 2: the transitions time alone makes, and the flapping flag.
+    fn expire(&self, now: u64) {
         // OPEN whose backoff ran out: HALF_OPEN now, even with no caller.
         self.half_open_if_due(now);
         // HALF_OPEN with a probe out past its lease.
         self.lease_expired(self.state.load(), now);
-
         if self.flapping.load(Ordering::Relaxed)
             && self.open_lock.lock().count(now, self.config.flap_ns) <= self.config.flap_cycles as usize
         {
             self.flapping.store(false, Ordering::Release);
         }
+    }
 
-        // Windows.
+    /// Step 3: `None` until the current window ends; then the windows due
+    /// and the end of the newest, and the next window's end set.
+    fn due_windows(&self, ts: &mut TickState, now: u64) -> Option<(u64, u64)> {
         if now < ts.window_end {
-            return;
+            return None;
         }
         let w = self.config.window_ns;
-        // The windows due: what was counted since the last drain happened
-        // somewhere in them, which one this tick cannot tell, so the counts
-        // are a span of `due` windows, judged as if spread evenly over them.
+        // What was counted since the last drain happened somewhere in these
+        // windows; which one, this tick cannot tell.
         let due = (now - ts.window_end) / w + 1;
         let newest_end = ts.window_end.saturating_add((due - 1).saturating_mul(w));
         ts.window_end = newest_end.saturating_add(w);
+        Some((due, newest_end))
+    }
 
-        // The span is judged only if no transition happened between the last
-        // drain and this one: the generation read after this drain must be
-        // the one read before the last (`window_gen`), and the one read
-        // before this drain is kept for the next. So a span that straddles a
-        // transition is never judged, however many windows one tick closes.
+    /// Step 4: the span since the last drain, its in-flight calls claimed,
+    /// and whether it may be judged.
+    fn drain_span(&self, ts: &mut TickState, windows: u64, closed_at: u64) -> Span {
         let before = self.state.full_generation(self.state.load());
         let mut counts = Counts::default();
         // The span's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
@@ -147,7 +203,6 @@ impl Inner {
         let latency = hist.as_ref().and_then(Histogram::quantiles);
         let after = self.state.load();
         let transitions = self.state.full_generation(after).wrapping_sub(ts.window_gen);
-        let straddles = transitions != 0;
         let mut in_flight = 0;
         if self.config.track_in_flight {
             // Calls still in flight from before a transition are stale:
@@ -163,10 +218,22 @@ impl Inner {
             counts.stale += claimed.stale;
             in_flight = claimed.slow;
         }
-        let judged =
-            !straddles && after.state() == State::Closed && matches!(after.mode(), Mode::Normal | Mode::MetricsOnly);
-        self.close_span(ts, counts, in_flight, latency, due, newest_end, now, judged);
+        let judged = transitions == 0
+            && after.state() == State::Closed
+            && matches!(after.mode(), Mode::Normal | Mode::MetricsOnly);
+        // The generation the span was counted in, for `close_span`'s CAS;
+        // the one read before this drain, for the next close.
+        let counted_in = ts.window_gen;
         ts.window_gen = before;
+        Span {
+            counts,
+            in_flight,
+            latency,
+            windows,
+            closed_at,
+            counted_in,
+            judged,
+        }
     }
 
     /// Loses what was counted since the last close and in the rolling
@@ -182,21 +249,19 @@ impl Inner {
         ts.window_gen = before;
     }
 
-    /// Records the closed span (`windows` windows, the newest ending at
-    /// `closed_at`) and, if `judged`, applies the trip rule to it, as if its
-    /// counts were spread evenly over its windows.
-    #[allow(clippy::too_many_arguments)]
-    fn close_span(
-        &self,
-        ts: &mut TickState,
-        counts: Counts,
-        in_flight: u64,
-        latency: Option<LatencyQuantiles>,
-        windows: u64,
-        closed_at: u64,
-        now: u64,
-        judged: bool,
-    ) {
+    /// Step 5: records the closed span and, if it may be judged, applies
+    /// the trip rule to it, as if its counts were spread evenly over its
+    /// windows.
+    fn close_span(&self, ts: &mut TickState, span: Span, now: u64) {
+        let Span {
+            counts,
+            in_flight,
+            latency,
+            windows,
+            closed_at,
+            counted_in,
+            judged,
+        } = span;
         let calls = counts.calls + in_flight;
         let slow = counts.slow + in_flight;
         ts.last = WindowStats {
@@ -230,7 +295,7 @@ impl Inner {
         } else {
             ts.sum(c.failure_windows as usize).1
         };
-        let gen = ts.window_gen;
+        let gen = counted_in;
         let mut evidence = (ts.evidence, ts.evidence_windows);
         let (seen, stored, reason) = self.state.update(|w| {
             if w.state() != State::Closed || self.state.full_generation(w) != gen {
