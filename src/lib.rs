@@ -25,6 +25,7 @@ pub mod clock;
 pub mod dlq;
 pub mod emit;
 mod events;
+mod flight;
 mod shard;
 mod state;
 #[cfg(not(tailguard_loom))]

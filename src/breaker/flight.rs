@@ -1,38 +1,20 @@
-//! In-flight tracking (`track_in_flight(true)`): which epoch a call starts
-//! in, and the window close's claim of calls that have run longer than the
-//! latency threshold. The slots themselves (tagged CAS words) are in
-//! `shard.rs`, with the protocol.
-//!
-//! Two rules keep a call from looking older than it is. A call never takes
-//! an epoch before the last close's time (`floor`), so a clock that stepped
-//! back cannot date it earlier. And a call that arrives while a close claims
-//! is not tracked: the close marks every slot closing, then reads the clock
-//! for its claim, then clears the marks. A call whose CAS on its slot lands
-//! before the mark read the clock before the close did (the mark acquires
-//! the call's CAS), so the claim counts it only if it has run longer than
-//! the threshold; a call after the mark sees it. Otherwise a clock that
-//! stepped back during the close could date a new call before the close and
-//! have it claimed at once (the loom model
-//! `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`).
+//! In-flight tracking for the breaker: the shard a call enters, the time
+//! it is dated at (never before the last close: `floor`), the generation it
+//! is tagged with, and the close's claim over every shard. The protocol
+//! (slots, epochs, the closing flag, a permit's word) is `crate::flight`'s.
 //!
 //! Reads `floor` (window close writes it) and touches the shards' in-flight
 //! slots.
 
 use super::Inner;
-use crate::shard::{Claim, Claimed, FLIGHT_GEN_MASK, INFLIGHT_SLOTS};
+use crate::flight::{entered, entry, gen_tag, Claim, Claimed, CLAIMED};
 use crate::state::Word;
-
-/// The length of an in-flight epoch: [`INFLIGHT_SLOTS`] slots must cover one
-/// window and one threshold, with four epochs to spare for a late close.
-pub(super) fn epoch_ns(window_ns: u64, threshold_ns: u64) -> u64 {
-    (window_ns + threshold_ns).div_ceil(INFLIGHT_SLOTS as u64 - 4).max(1)
-}
 
 impl Inner {
     /// Enters a call admitted under `word`, starting at `start_raw`, into
     /// its thread's shard's in-flight slots, tagged with `word`'s
-    /// generation: returns `(epoch + 1) << 10 | shard`, 0 if the call is not
-    /// tracked (see the shard module), or [`CLAIMED`] if a close counted it
+    /// generation: returns its permit's word ([`entry`]), 0 if the call is
+    /// not tracked (see `crate::flight`), or [`CLAIMED`] if a close counted it
     /// already. A call that finds the generation moved on once it is in
     /// leaves again at once, untracked: it is stale whatever happens (its
     /// verdict says so), and a slot of its old generation would keep the
@@ -48,7 +30,7 @@ impl Inner {
                 if self.state.load().generation() != word.generation() {
                     return if slots.leave(epoch, gen) { 0 } else { CLAIMED };
                 }
-                (epoch + 1) << 10 | index as u64
+                entry(epoch, index)
             }
             _ => 0,
         }
@@ -62,9 +44,9 @@ impl Inner {
         if aux == CLAIMED {
             return false;
         }
-        let index = (aux & 0x3ff) as usize;
+        let (epoch, index) = entered(aux);
         match self.shards.shared()[index].in_flight() {
-            Some(slots) => slots.leave((aux >> 10) - 1, gen_tag(word)),
+            Some(slots) => slots.leave(epoch, gen_tag(word)),
             None => true,
         }
     }
@@ -93,14 +75,4 @@ impl Inner {
         slots().for_each(|s| s.end_close());
         claimed
     }
-}
-
-/// A permit's in-flight word for a call that a close counted before the
-/// permit was handed out (no epoch + 1 reaches it: 2^54 epochs).
-pub(super) const CLAIMED: u64 = u64::MAX;
-
-/// The in-flight generation tag of a state word.
-#[inline(always)]
-fn gen_tag(word: Word) -> u64 {
-    u64::from(word.generation()) & FLIGHT_GEN_MASK
 }

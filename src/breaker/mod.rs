@@ -236,7 +236,7 @@ impl Breaker {
                 last: WindowStats::default(),
                 totals: Totals::default(),
             }),
-            epoch_ns: flight::epoch_ns(config.window_ns, config.threshold_ns),
+            epoch_ns: crate::flight::epoch_ns(config.window_ns, config.threshold_ns),
             config,
             clock,
             shift: AtomicU64::new(origin.wrapping_neg()),

@@ -74,8 +74,8 @@ pub(super) struct Core<'a> {
     pub(super) inner: &'a Inner,
     pub(super) start: u64,
     pub(super) tag: Tag,
-    /// An ordinary call: `(in-flight epoch + 1) << 10 | shard`, or 0 when
-    /// not tracked. A probe: its round's full generation.
+    /// An ordinary call: its in-flight word (`crate::flight`'s "A permit's
+    /// word": 0 when not tracked). A probe: its round's full generation.
     pub(super) aux: u64,
 }
 

@@ -10,8 +10,9 @@
 //! in-flight slots) and `floor`.
 
 use super::Inner;
+use crate::flight::{Claim, FLIGHT_GEN_HORIZON};
 use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
-use crate::shard::{Claim, Counts, FLIGHT_GEN_HORIZON};
+use crate::shard::Counts;
 use crate::sketch::{Histogram, KEY_OFFSET};
 use crate::state::Decision;
 use crate::sync::Ordering;
