@@ -2,6 +2,12 @@
 //!
 //! [`DeadLetterQueue`] is where a breaker diverts the traffic of a consumer
 //! it has opened on, so that it can be replayed when the consumer recovers.
+//!
+//! One thing, one name each place it appears: in code and prose it is the
+//! *dead-letter queue* (*the queue* for short, *DLQ* in headings); its role
+//! for the breaker is the *fallback*, which is why the figures a breaker
+//! reports of its queue are named `fallback_*` (`fallback_depth`, the
+//! Prometheus `breaker_fallback_*` families, [`FallbackDepth`]).
 //! It is a multi-producer, single-consumer queue with three priority
 //! classes ([`Priority`], lowest first: `Idle`, `Routine`, `Critical`):
 //!
