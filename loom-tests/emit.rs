@@ -8,8 +8,8 @@
 //! |---|---|
 //! | shutdown against diversions: `closed` and the `diverting` count, both SeqCst, so no trigger lands in the queue after the drain (`emit/mod.rs`) | `a_diversion_racing_shutdown_is_drained_or_handed_back` |
 //! | the bulkhead's slots: a CAS on the in-flight count, given back on drop (`bulkhead.rs`) | `the_bulkhead_never_admits_more_than_its_bound` |
-//! | one replay at a time: the replay turn (`emit/mod.rs`) | `two_replays_never_run_at_once` |
-//! | a replay's trigger against a shutdown's drain: kept under the queue's lock only if not shut down (`emit/mod.rs`) | `a_replay_racing_shutdown_keeps_nothing_and_loses_nothing` |
+//! | one replay at a time: the replay turn (`emit/replay.rs`) | `two_replays_never_run_at_once` |
+//! | a replay's trigger against a shutdown's drain: kept under the queue's lock only if not shut down (`emit/replay.rs`) | `a_replay_racing_shutdown_keeps_nothing_and_loses_nothing` |
 #![cfg(tailguard_loom)]
 
 use loom::sync::atomic::{AtomicUsize, Ordering};

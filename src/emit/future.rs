@@ -1,16 +1,17 @@
 //! The async emitter (feature `tokio`): the call is a future, cancelled at
 //! the deadline; one read of tokio's clock starts an emit.
 
+use super::call::Outcome;
 use super::metrics::{Count, Metrics};
-use super::{Divert, Emitted, Emitter, Held, ReplayStop, Replayed};
+use super::replay::Replay;
+use super::{Divert, Emitted, Emitter, Replayed};
 use crate::breaker::Breaker;
 use crate::clock::ClockSource;
 use crate::dlq::Priority;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
-use std::any::Any;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
@@ -68,12 +69,6 @@ fn start(clock: &ClockSource, budget: Duration) -> (u64, When) {
     } else {
         (clock.raw(), When::Budget(budget))
     }
-}
-
-enum Outcome<R> {
-    Done(R),
-    TimedOut,
-    Panicked(Box<dyn Any + Send>),
 }
 
 impl<F: Future> Future for Timed<F> {
@@ -295,78 +290,25 @@ impl<T> Emitter<T> {
         Fut: Future<Output = Result<O, E>>,
     {
         let inner = &*self.inner;
-        let _turn = match inner.begin_replay() {
-            Ok(turn) => turn,
-            Err(stopped) => return stopped,
-        };
-        let mut out = Replayed {
-            delivered: 0,
-            stopped: None,
-            handed_back: None,
-        };
         let clock = inner.breaker.clock();
-        while out.delivered < max {
-            let Some(p) = inner.take_next() else {
-                out.stopped = Some(ReplayStop::Empty);
-                break;
-            };
-            let mut held = Held { inner, item: Some(p) };
-            let (start, deadline) = start(clock, inner.timeout);
-            let (permit, slot) = match inner.admit(start) {
-                Ok(admitted) => admitted,
-                Err(not) => {
-                    out.handed_back = held.refused();
-                    out.stopped = Some(ReplayStop::Failed(not.reason()));
-                    break;
-                }
-            };
-            let trigger = &held.item.as_ref().expect("held until settled").trigger;
-            let panicked = |mut held: Held<'_, T>, slot, permit: crate::Permit<'_>, panic| -> ! {
-                drop(slot);
-                permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, clock.raw())), false);
-                held.panicked();
-                resume_unwind(panic)
-            };
-            let call = match catch_unwind(AssertUnwindSafe(|| call(trigger))) {
-                Ok(call) => call,
-                Err(panic) => panicked(held, slot, permit, panic),
-            };
-            let outcome = Timed {
-                call: Some(call),
-                deadline,
-                sleep: None,
-            }
-            .await;
-            let elapsed_ns = clock.delta_nanos(start, clock.raw());
-            let elapsed = Duration::from_nanos(elapsed_ns);
-            let reason = match outcome {
-                Outcome::Panicked(panic) => panicked(held, slot, permit, panic),
-                Outcome::Done(Ok(_)) => {
-                    drop(slot);
-                    inner.record_call(permit, true, elapsed_ns); // late: delivered, counted timed out
-                    held.delivered();
-                    out.delivered += 1;
-                    continue;
-                }
-                Outcome::Done(Err(e)) => {
-                    drop(slot);
-                    if inner.record_call(permit, false, elapsed_ns) {
-                        Divert::TimedOut(elapsed)
-                    } else {
-                        Divert::Failed(e)
+        let mut replay = Replay::begin(inner, max);
+        while let Some((attempt, deadline)) = replay.next(|| start(clock, inner.timeout)) {
+            // No lock is held across the await; dropped there, `attempt`
+            // keeps its trigger at the head.
+            let outcome = match catch_unwind(AssertUnwindSafe(|| call(attempt.trigger()))) {
+                Ok(call) => {
+                    Timed {
+                        call: Some(call),
+                        deadline,
+                        sleep: None,
                     }
+                    .await
                 }
-                Outcome::TimedOut => {
-                    drop(slot);
-                    permit.record_timeout(elapsed);
-                    Divert::TimedOut(elapsed)
-                }
+                Err(panic) => Outcome::Panicked(panic),
             };
-            out.handed_back = held.failed();
-            out.stopped = Some(ReplayStop::Failed(reason));
-            break;
+            replay.settle(attempt, outcome);
         }
-        out
+        replay.finish()
     }
 }
 

@@ -91,9 +91,11 @@
 //! ```
 
 mod blocking;
+mod call;
 #[cfg(feature = "tokio")]
 mod future;
 mod metrics;
+mod replay;
 
 #[cfg(feature = "tokio")]
 pub use future::tick_every;
@@ -110,6 +112,7 @@ use core::fmt;
 use core::task::Waker;
 use crossbeam_utils::CachePadded;
 use metrics::{Count, Metrics};
+use replay::{ReplayState, TakeTurn};
 use std::time::Duration;
 
 /// One consumer's emit path: its breaker, an optional bulkhead, a timeout
@@ -174,20 +177,6 @@ struct Inner<T> {
     /// shutdown waits for them before it drains, so none lands after it.
     diverting: CachePadded<AtomicUsize>,
     metrics: Metrics,
-}
-
-struct ReplayState<T> {
-    queue: DeadLetterQueue<T>,
-    pending: Option<Pending<T>>,
-}
-
-/// A trigger taken out of the queue for replay that has not been
-/// delivered yet; it stays at the head of the queue.
-struct Pending<T> {
-    trigger: T,
-    class: Priority,
-    /// Failed attempts so far.
-    attempts: u32,
 }
 
 /// Why a trigger was not delivered.
@@ -797,10 +786,7 @@ impl<T> EmitterBuilder<T> {
                 replay_attempts: self.replay_attempts,
                 bulkhead: self.bulkhead,
                 producer: self.queue.producer(),
-                replay: Mutex::new(ReplayState {
-                    queue: self.queue,
-                    pending: None,
-                }),
+                replay: Mutex::new(ReplayState::new(self.queue)),
                 closed: AtomicBool::new(false),
                 replaying: AtomicBool::new(false),
                 turn_waiters: Mutex::new(Vec::new()),
@@ -995,12 +981,6 @@ impl<T> Emitter<T> {
     /// ```
     pub fn shutdown(&self, mut sink: impl FnMut(T, Priority)) -> usize {
         let inner = &*self.inner;
-        inner.closed.store(true, Ordering::Relaxed);
-        // Store-load on both sides, each side's pair split by a SeqCst fence
-        // (Dekker): a diversion raises `diverting` before it reads `closed`,
-        // we set `closed` before we read `diverting`; so either it sees
-        // `closed` and hands its trigger back, or we see it here and wait
-        // (Acquire, against its Release decrement) until its push landed.
         inner.close();
         inner.drain_each(usize::MAX, &mut sink)
     }
@@ -1143,36 +1123,6 @@ impl<T> Inner<T> {
         }
     }
 
-    /// The replay turn, if no other replay (nor `shutdown_async`) holds it.
-    fn replay_turn(&self) -> Option<ReplayTurn<'_>> {
-        self.replaying
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| ReplayTurn {
-                flag: &self.replaying,
-                waiters: &self.turn_waiters,
-            })
-    }
-
-    /// The trigger at the head (the one a replay keeps there first), taken
-    /// out under a brief lock.
-    fn take_next(&self) -> Option<Pending<T>> {
-        let mut state = self.replay.lock();
-        if state.pending.is_some() {
-            self.has_pending.store(false, Ordering::Release);
-        }
-        state.next()
-    }
-
-    /// Puts `p` back at the head (before the queue's next): a replay's
-    /// trigger that was not delivered.
-    fn keep_at_head(&self, p: Pending<T>) {
-        let mut state = self.replay.lock();
-        debug_assert!(state.pending.is_none(), "one replay at a time");
-        state.pending = Some(p);
-        self.has_pending.store(true, Ordering::Release);
-    }
-
     /// Hands up to `max` triggers, head first, to `sink`: each taken out
     /// under a brief lock, and handed over with no lock held (the sink may
     /// queue, replay or drain this emitter).
@@ -1207,153 +1157,6 @@ impl<T> Inner<T> {
             sink(p.trigger, p.class);
         }
         n
-    }
-
-    /// Whether replay may run: the breaker CLOSED, or in a mode that
-    /// admits every call whatever its state (metrics-only, whose state is
-    /// only what it would do; forced closed; disabled); never forced open.
-    fn replay_allowed(&self) -> bool {
-        use crate::report::{Mode, State};
-        let b = &self.breaker;
-        match b.mode() {
-            Mode::ForcedOpen => false,
-            Mode::Normal => b.state() == State::Closed,
-            Mode::MetricsOnly | Mode::ForcedClosed | Mode::Disabled => true,
-        }
-    }
-
-    /// The start of a replay, blocking or async: the turn to replay, or
-    /// the answer for a replay that cannot start (the breaker not CLOSED,
-    /// or another replay running).
-    fn begin_replay<E>(&self) -> Result<ReplayTurn<'_>, Replayed<T, E>> {
-        let stopped = |why| Replayed {
-            delivered: 0,
-            stopped: Some(why),
-            handed_back: None,
-        };
-        if !self.replay_allowed() {
-            return Err(stopped(ReplayStop::NotClosed));
-        }
-        self.replay_turn().ok_or_else(|| stopped(ReplayStop::Busy))
-    }
-}
-
-/// A trigger a replay took out of the queue and has not settled (its call
-/// runs with no lock held): delivered, handed back, or kept at the head
-/// again, as the replay's end says; kept at the head if the replay unwinds
-/// or is dropped while it holds it.
-struct Held<'a, T> {
-    inner: &'a Inner<T>,
-    item: Option<Pending<T>>,
-}
-
-impl<T> Held<'_, T> {
-    /// The call succeeded.
-    fn delivered(&mut self) {
-        self.item = None;
-        self.inner.metrics.count(Count::Replayed);
-    }
-
-    /// The call was not made (the breaker or the bulkhead turned it
-    /// away): kept at the head with no attempt used, unless the emitter
-    /// is shut down (then handed back: nothing is kept after a shutdown).
-    fn refused(&mut self) -> Option<(T, Priority)> {
-        self.keep_or_hand_back()
-    }
-
-    /// The call failed (or timed out): one attempt used; handed back after
-    /// the last one or once the emitter is shut down, else kept at the head.
-    fn failed(&mut self) -> Option<(T, Priority)> {
-        let p = self.item.as_mut().expect("held until settled");
-        p.attempts = p.attempts.saturating_add(1);
-        if p.attempts >= self.inner.replay_attempts {
-            return self.hand_back();
-        }
-        self.keep_or_hand_back()
-    }
-
-    /// Kept at the head, unless the emitter is shut down: decided under the
-    /// queue's lock, against a shutdown's drain (which sets `closed` before
-    /// it takes anything): either the drain takes it, or it sees `closed`
-    /// and is handed back. A loom model checks it
-    /// (`a_replay_racing_shutdown_keeps_nothing_and_loses_nothing`).
-    fn keep_or_hand_back(&mut self) -> Option<(T, Priority)> {
-        let p = self.item.take().expect("held until settled");
-        let mut state = self.inner.replay.lock();
-        if self.inner.closed.load(Ordering::Acquire) {
-            drop(state);
-            self.item = Some(p);
-            return self.hand_back();
-        }
-        debug_assert!(state.pending.is_none(), "one replay at a time");
-        state.pending = Some(p);
-        self.inner.has_pending.store(true, Ordering::Release);
-        None
-    }
-
-    /// The call panicked: one attempt used, kept at the head (as the
-    /// unwinding drops this).
-    fn panicked(&mut self) {
-        if let Some(p) = self.item.as_mut() {
-            p.attempts = p.attempts.saturating_add(1);
-        }
-    }
-
-    fn hand_back(&mut self) -> Option<(T, Priority)> {
-        let p = self.item.take().expect("held until settled");
-        self.inner.metrics.count(Count::ReplayHandedBack);
-        Some((p.trigger, p.class))
-    }
-}
-
-impl<T> Drop for Held<'_, T> {
-    fn drop(&mut self) {
-        if let Some(p) = self.item.take() {
-            self.inner.keep_at_head(p);
-        }
-    }
-}
-
-/// The right to replay (or to drain in `shutdown_async`), given back when
-/// dropped, waking whoever waits for it.
-struct ReplayTurn<'a> {
-    flag: &'a AtomicBool,
-    waiters: &'a Mutex<Vec<Waker>>,
-}
-
-impl Drop for ReplayTurn<'_> {
-    fn drop(&mut self) {
-        self.flag.store(false, Ordering::Release);
-        // A waiter stores its waker before it tries the turn: either its
-        // try sees the flag clear, or this lock sees its waker.
-        let waiters = core::mem::take(&mut *self.waiters.lock());
-        waiters.into_iter().for_each(Waker::wake);
-    }
-}
-
-/// Waits for the replay turn (for `shutdown_async`).
-struct TakeTurn<'a, T> {
-    inner: &'a Inner<T>,
-}
-
-impl<'a, T> core::future::Future for TakeTurn<'a, T> {
-    type Output = ReplayTurn<'a>;
-
-    fn poll(self: core::pin::Pin<&mut Self>, cx: &mut core::task::Context<'_>) -> core::task::Poll<ReplayTurn<'a>> {
-        let inner = self.inner;
-        if let Some(turn) = inner.replay_turn() {
-            return core::task::Poll::Ready(turn);
-        }
-        {
-            let mut waiters = inner.turn_waiters.lock();
-            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-                waiters.push(cx.waker().clone());
-            }
-        }
-        match inner.replay_turn() {
-            Some(turn) => core::task::Poll::Ready(turn),
-            None => core::task::Poll::Pending,
-        }
     }
 }
 

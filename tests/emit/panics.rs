@@ -184,7 +184,7 @@ mod on_tokio {
         assert_conserved(&s, 4);
     }
 
-    /// src/emit/blocking.rs (`divert_panicked`): "A call that panicked: its
+    /// src/emit/call.rs (`Inner::panicked`): "A call that panicked: its
     /// trigger goes to the queue (counted as failed) unless the queue cannot
     /// take it, when it is dropped with the unwinding (counted as cancelled)",
     /// and the `emitted` identity of src/emit/mod.rs: one trigger, one outcome.
