@@ -91,11 +91,9 @@ impl Inner {
         // or more: never stepped back by this test, and past any deadline
         // below, so the slow path takes it.
         let time = self.signed_now(raw) as u64;
-        if before_any_backoff(time, deadline, self.config.max_ns) {
-            return None;
-        }
         let now = time.max(self.floor.load(Ordering::Relaxed));
-        (now < deadline).then(|| Rejected::new(RejectReason::Open, deadline - now))
+        (!before_any_backoff(time, deadline, self.config.max_ns) && now < deadline)
+            .then(|| Rejected::new(RejectReason::Open, deadline - now))
     }
 
     /// OPEN: reject until the deadline; the first caller past it moves the
