@@ -57,6 +57,7 @@
 //! ```
 
 use crate::dlq::{ClassStats, Priority};
+use crate::emit::{EmitterStats, Exported, EXPORTED};
 use crate::registry::{BulkheadRow, ConsumerSnapshot, Registry};
 use crate::report::Mode;
 use prometheus_client::collector::Collector;
@@ -271,31 +272,49 @@ impl EncodeMetric for EmitSeconds {
     }
 }
 
-/// Writes one family with a sample per `(label value, value)` for each
-/// consumer with an emitter attached; nothing at all if none has one.
-fn by_label(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &'static str,
-    help: &str,
-    label: &'static str,
-    rows: &[ConsumerSnapshot],
-    values: impl Fn(&crate::emit::EmitterStats) -> Vec<(&'static str, u64)>,
-) -> fmt::Result {
-    let mut emitters = rows
+/// Writes every exported emitter counter ([`EXPORTED`], one line of the
+/// emitter's counter table each): a family per name, with a sample per
+/// consumer with an emitter attached (per label value, in a labelled
+/// family); nothing at all if no consumer has one.
+fn emitter_counters(encoder: &mut DescriptorEncoder<'_>, rows: &[ConsumerSnapshot]) -> fmt::Result {
+    let emitters: Vec<(&str, &EmitterStats)> = rows
         .iter()
         .filter_map(|r| Some((&*r.name, r.emitter.as_ref()?)))
-        .peekable();
-    if emitters.peek().is_none() {
+        .collect();
+    if emitters.is_empty() {
         return Ok(());
     }
-    let mut metric = encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
-    for (consumer, stats) in emitters {
-        for (value_label, v) in values(stats) {
-            let labels = [("consumer", consumer), (label, value_label)];
-            ConstCounter::new(v).encode(metric.encode_family(&labels)?)?;
+    for series in families(EXPORTED) {
+        let mut metric = encoder.encode_descriptor(
+            series[0].family,
+            series[0].help,
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (consumer, stats) in &emitters {
+            for s in series {
+                let v = ConstCounter::new((s.value)(stats));
+                match s.label {
+                    None => v.encode(metric.encode_family(&[("consumer", *consumer)])?)?,
+                    Some(label) => v.encode(metric.encode_family(&[("consumer", *consumer), label])?)?,
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// The series of `exported`, a family at a time (a family's series stand
+/// together in the table).
+fn families(exported: &'static [Exported]) -> impl Iterator<Item = &'static [Exported]> {
+    let mut rest = exported;
+    core::iter::from_fn(move || {
+        let first = rest.first()?;
+        let n = rest.iter().take_while(|s| s.family == first.family).count();
+        let (family, tail) = rest.split_at(n);
+        rest = tail;
+        Some(family)
+    })
 }
 
 /// Writes one gauge family with a sample per distinct bulkhead, labelled
@@ -540,76 +559,7 @@ impl Collector for BreakerCollector {
             &rows,
             |r| r.emitter.as_ref().map(|s| EmitSeconds(s.emit_times)),
         )?;
-        family(
-            e,
-            "breaker_emits_delivered",
-            "Emits that delivered their trigger (late ones included).",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.delivered)),
-        )?;
-        family(
-            e,
-            "breaker_emits_overran",
-            "Delivered emits whose call returned after the timeout.",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.overran)),
-        )?;
-        by_label(
-            e,
-            "breaker_emits_diverted",
-            "Emits whose trigger went to the dead-letter queue, by reason.",
-            "reason",
-            &rows,
-            |s| {
-                vec![
-                    ("open", s.diverted_open),
-                    ("bulkhead_full", s.diverted_bulkhead),
-                    ("timed_out", s.diverted_timeout),
-                    ("failed", s.diverted_failed),
-                ]
-            },
-        )?;
-        by_label(
-            e,
-            "breaker_emits_handed_back",
-            "Emits whose trigger was handed back to the router, by reason.",
-            "reason",
-            &rows,
-            |s| {
-                vec![
-                    ("queue_full", s.handed_back_full),
-                    ("shut_down", s.handed_back_shut_down),
-                ]
-            },
-        )?;
-        family(
-            e,
-            "breaker_emits_cancelled",
-            "Emits dropped before they finished: async emits dropped, panicking calls whose trigger the queue could not take.",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.cancelled)),
-        )?;
-        family(
-            e,
-            "breaker_emit_panic_drops",
-            "Triggers dropped as a panicking call unwound (its own, or one it displaced): the only triggers an emitter drops.",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.dropped_in_panics)),
-        )?;
-        family(
-            e,
-            "breaker_replayed",
-            "Queued triggers delivered by replay.",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.replayed)),
-        )?;
-        family(
-            e,
-            "breaker_replay_handed_back",
-            "Queued triggers replay handed back after their last attempt.",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.replay_handed_back)),
-        )?;
+        emitter_counters(e, &rows)?;
         let bulkheads = self.registry.bulkheads();
         bulkhead_family(
             e,
@@ -624,13 +574,6 @@ impl Collector for BreakerCollector {
             "The bound of a bulkhead, once per bulkhead (label: the consumers sharing it).",
             &bulkheads,
             |b| b.max_in_flight,
-        )?;
-        family(
-            e,
-            "breaker_bulkhead_rejected",
-            "Calls of this consumer's emitter its bulkhead refused (its own share of a shared bulkhead).",
-            &rows,
-            |r| r.emitter.as_ref().map(|s| ConstCounter::new(s.bulkhead_rejections)),
         )?;
         by_class(
             e,
@@ -668,5 +611,52 @@ impl Collector for BreakerCollector {
             |c| ConstCounter::new(c.handed_back),
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{families, EXPORTED};
+
+    /// Every exported emitter counter is in the series table of the module
+    /// docs (its family as `<name>_total`, its label value in backticks on
+    /// that row), and every family has its help once, on its first series:
+    /// so a counter added to the emitter's table cannot be left out of the
+    /// docs, nor its family's help.
+    #[test]
+    fn every_exported_emitter_counter_is_in_the_docs_table_with_one_help() {
+        let source = include_str!("prometheus.rs");
+        let table: Vec<&str> = source.lines().filter(|l| l.starts_with("//! | `")).collect();
+        let mut seen = Vec::new();
+        for series in families(EXPORTED) {
+            let family = series[0].family;
+            assert!(
+                !seen.contains(&family),
+                "{family}: its series are not together in the table"
+            );
+            seen.push(family);
+            assert!(!series[0].help.is_empty(), "{family}: no help on its first series");
+            assert!(
+                series[1..].iter().all(|s| s.help.is_empty()),
+                "{family}: help given twice"
+            );
+            let name = format!("`{family}_total");
+            let row = table
+                .iter()
+                .find(|l| l.contains(&name))
+                .unwrap_or_else(|| panic!("{family}: not in the module docs' table"));
+            for s in series {
+                if let Some((label, value)) = s.label {
+                    assert!(
+                        row.contains(&format!("{{{label}}}")),
+                        "{family}: its label `{label}` not on its row"
+                    );
+                    assert!(
+                        row.contains(&format!("`{value}`")),
+                        "{family}: its value `{value}` not on its row"
+                    );
+                }
+            }
+        }
     }
 }

@@ -15,74 +15,176 @@ use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
-/// Defines every counter once: the variant that names it on the emit path
-/// ([`Count`]), the field it is read into ([`Read`]), and their number
-/// ([`COUNTS`], the length of each shard's array), so that a new counter is
-/// one line here (plus where it is counted, and its `EmitterStats` field
-/// and Prometheus family, which read it by name: a missing one is a
-/// compile error, never an index out of range).
+/// The emitter's counters, each defined once, in [`counters!`]'s table
+/// below: from each line come the variant the emit path counts it by
+/// ([`Count`]), the field of [`EmitterStats`] it is read into (with its
+/// doc), their number ([`COUNTS`], the length of each shard's array), and
+/// the Prometheus series it is exported as, if any ([`EXPORTED`]; the
+/// module docs of `crate::prometheus` list every one, which a test checks).
+/// A new counter is one line of the table, with its doc, plus the place
+/// that counts it; nothing else can forget it.
 macro_rules! counters {
-    ($($(#[$doc:meta])* $variant:ident => $field:ident,)*) => {
-        /// What an emit ended in, besides the time it took.
+    (
+        $(#[$sattr:meta])*
+        pub struct $stats:ident {
+            counters {
+                $(
+                    $(#[doc = $doc:literal])*
+                    $variant:ident => $field:ident
+                        $(: $family:literal $({ $lname:ident = $lvalue:literal })? $(help $help:literal)?)?,
+                )*
+            }
+            $(
+                $(#[$xattr:meta])*
+                pub $xfield:ident: $xty:ty,
+            )*
+        }
+    ) => {
+        /// What an emit ended in, besides the time it took: one counter each.
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub(crate) enum Count {
-            $($(#[$doc])* $variant,)*
+            $($(#[doc = $doc])* $variant,)*
         }
 
         /// How many counters each shard keeps.
         const COUNTS: usize = [$(Count::$variant),*].len();
 
-        /// Every counter, summed over the shards, with the emit times.
-        pub(crate) struct Read {
-            pub(crate) times: EmitTimes,
-            $(pub(crate) $field: u64,)*
+        $(#[$sattr])*
+        pub struct $stats {
+            $($(#[doc = $doc])* pub $field: u64,)*
+            $($(#[$xattr])* pub $xfield: $xty,)*
         }
 
-        impl Metrics {
-            /// Every counter, summed over the shards.
-            pub(crate) fn read(&self) -> Read {
-                Read {
-                    times: self.times(),
-                    $($field: self.sum(Count::$variant),)*
+        impl $stats {
+            /// Every counter summed over `metrics`' shards, then the rest
+            /// (read by `rest`, after the counters).
+            pub(crate) fn read(metrics: &Metrics, rest: impl FnOnce() -> ($($xty,)*)) -> Self {
+                $(let $field = metrics.sum(Count::$variant);)*
+                let ($($xfield,)*) = rest();
+                Self {
+                    $($field,)*
+                    $($xfield,)*
                 }
             }
         }
+
+        /// Every exported counter, in table order: the series of a family
+        /// with a label stand together, the first with the family's help.
+        #[cfg(feature = "prometheus")]
+        pub(crate) const EXPORTED: &[Exported] = &[
+            $($(Exported {
+                family: $family,
+                label: counters!(@label $($lname $lvalue)?),
+                help: counters!(@help $($help)?),
+                value: {
+                    fn value(s: &$stats) -> u64 {
+                        s.$field
+                    }
+                    value
+                },
+            },)?)*
+        ];
     };
+    (@label) => { None };
+    (@label $lname:ident $lvalue:literal) => { Some((stringify!($lname), $lvalue)) };
+    (@help) => { "" };
+    (@help $help:literal) => { $help };
+}
+
+/// One exported counter: its Prometheus family (without `_total`), its
+/// label (name and value) within the family, the family's help (on the
+/// family's first series; empty on the others), and how to read it.
+#[cfg(feature = "prometheus")]
+pub(crate) struct Exported {
+    pub(crate) family: &'static str,
+    pub(crate) label: Option<(&'static str, &'static str)>,
+    pub(crate) help: &'static str,
+    pub(crate) value: fn(&EmitterStats) -> u64,
 }
 
 counters! {
-    /// Emits that delivered their trigger.
-    Delivered => delivered,
-    /// Triggers queued: the breaker refused the call.
-    DivertedOpen => diverted_open,
-    /// Triggers queued: the bulkhead was full.
-    DivertedBulkhead => diverted_bulkhead,
-    /// Triggers queued: the call timed out.
-    DivertedTimeout => diverted_timeout,
-    /// Triggers queued: the call failed.
-    DivertedFailed => diverted_failed,
-    /// Triggers handed back: the queue was full.
-    HandedBackFull => handed_back_full,
-    /// Triggers handed back: the emitter is shut down.
-    HandedBackShutDown => handed_back_shut_down,
-    /// Queued triggers that gave way to a higher class.
-    Displaced => displaced,
-    /// Delivered calls that returned after the timeout.
-    Overran => overran,
-    /// Emits dropped unfinished.
-    Cancelled => cancelled,
-    /// Queued triggers delivered by replay.
-    Replayed => replayed,
-    /// Queued triggers replay handed back after their last attempt.
-    ReplayHandedBack => replay_handed_back,
-    /// Queued triggers handed to a drain's sink.
-    Drained => drained,
-    /// Triggers dropped as a panicking call unwound.
-    PanicDropped => dropped_in_panics,
-    /// Triggers queued by hand.
-    QueuedByHand => queued_by_hand,
-    /// Calls the bulkhead refused (this emitter's share).
-    BulkheadRejected => bulkhead_rejected,
+    /// Counters of an [`Emitter`](super::Emitter) (see the [module
+    /// documentation](super) for the identities they satisfy once the
+    /// emitter is quiet).
+    ///
+    /// ```
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.emit_blocking(1u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// let _ = e.emit_blocking(2u8, Priority::Routine, |_, _| Err::<(), _>(()));
+    /// let s = e.stats();
+    /// assert_eq!((s.delivered, s.diverted_failed, s.queued), (1, 1, 1));
+    /// assert_eq!(s.emitted(), 2);
+    /// assert_eq!(s.into_queue(), s.out_of_queue());
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct EmitterStats {
+        counters {
+            /// Emits that delivered their trigger (late ones included).
+            Delivered => delivered: "breaker_emits_delivered"
+                help "Emits that delivered their trigger (late ones included).",
+            /// Of those, calls that returned successfully but after the timeout
+            /// (counted by the breaker as failed and slow).
+            Overran => overran: "breaker_emits_overran"
+                help "Delivered emits whose call returned after the timeout.",
+            /// Triggers queued because the breaker rejected the call.
+            DivertedOpen => diverted_open: "breaker_emits_diverted" { reason = "open" }
+                help "Emits whose trigger went to the dead-letter queue, by reason.",
+            /// Triggers queued because the bulkhead was full.
+            DivertedBulkhead => diverted_bulkhead: "breaker_emits_diverted" { reason = "bulkhead_full" },
+            /// Triggers queued because the call timed out.
+            DivertedTimeout => diverted_timeout: "breaker_emits_diverted" { reason = "timed_out" },
+            /// Triggers queued because the call failed.
+            DivertedFailed => diverted_failed: "breaker_emits_diverted" { reason = "failed" },
+            /// Triggers handed back because the queue was full.
+            HandedBackFull => handed_back_full: "breaker_emits_handed_back" { reason = "queue_full" }
+                help "Emits whose trigger was handed back to the router, by reason.",
+            /// Triggers handed back because the emitter is shut down.
+            HandedBackShutDown => handed_back_shut_down: "breaker_emits_handed_back" { reason = "shut_down" },
+            /// Queued triggers that gave way to a higher class (handed back).
+            Displaced => displaced,
+            /// Emits dropped before they finished, their trigger with them: async
+            /// emits whose future was dropped, and calls that panicked when the
+            /// queue could not take their trigger.
+            Cancelled => cancelled: "breaker_emits_cancelled"
+                help "Emits dropped before they finished: async emits dropped, panicking calls whose trigger the queue could not take.",
+            /// Triggers dropped as a panicking call unwound, because nothing could
+            /// take them: the call's own when the queue was full or shut down (also
+            /// in `cancelled`), or the lower-class one its trigger displaced from a
+            /// full queue (also in `displaced`). Zero unless a call panics: the
+            /// only triggers the emitter ever drops.
+            PanicDropped => dropped_in_panics: "breaker_emit_panic_drops"
+                help "Triggers dropped as a panicking call unwound (its own, or one it displaced): the only triggers an emitter drops.",
+            /// Queued triggers delivered by replay.
+            Replayed => replayed: "breaker_replayed"
+                help "Queued triggers delivered by replay.",
+            /// Queued triggers replay handed back after their last attempt.
+            ReplayHandedBack => replay_handed_back: "breaker_replay_handed_back"
+                help "Queued triggers replay handed back after their last attempt.",
+            /// Queued triggers handed to a [`shutdown`](super::Emitter::shutdown) or
+            /// [`drain`](super::Emitter::drain) sink.
+            Drained => drained,
+            /// Triggers queued by hand ([`Emitter::enqueue`](super::Emitter::enqueue)), not by an emit.
+            QueuedByHand => queued_by_hand,
+            /// Calls of this emitter (emits and replays) the bulkhead refused: its
+            /// own share, so that a sum over emitters sharing one bulkhead counts
+            /// each refusal once.
+            BulkheadRejected => bulkhead_rejections: "breaker_bulkhead_rejected"
+                help "Calls of this consumer's emitter its bulkhead refused (its own share of a shared bulkhead).",
+        }
+        /// Triggers in the queue now.
+        pub queued: usize,
+        /// Whether replay keeps a trigger at the head (taken out, not yet
+        /// delivered).
+        pub pending: bool,
+        /// How long each emit took, delivered or not: the router's own cost.
+        pub emit_times: EmitTimes,
+        /// Calls in flight in the bulkhead (0 without one): every call it
+        /// holds, this emitter's and those of any other sharing it.
+        pub bulkhead_in_flight: usize,
+    }
 }
 
 /// Emit-time buckets: the breaker sketch's keys (eight per octave, 1 µs to

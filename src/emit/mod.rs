@@ -99,7 +99,9 @@ mod replay;
 
 #[cfg(feature = "tokio")]
 pub use future::tick_every;
-pub use metrics::EmitTimes;
+pub use metrics::{EmitTimes, EmitterStats};
+#[cfg(feature = "prometheus")]
+pub(crate) use metrics::{Exported, EXPORTED};
 
 use crate::breaker::Breaker;
 use crate::bulkhead::Bulkhead;
@@ -441,77 +443,6 @@ pub enum ReplayStop<E> {
     Busy,
     /// A replayed trigger was not delivered.
     Failed(Divert<E>),
-}
-
-/// Counters of an [`Emitter`] (see the [module documentation](self) for the
-/// identities they satisfy once the emitter is quiet).
-///
-/// ```
-/// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
-/// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
-/// let _ = e.emit_blocking(1u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
-/// let _ = e.emit_blocking(2u8, Priority::Routine, |_, _| Err::<(), _>(()));
-/// let s = e.stats();
-/// assert_eq!((s.delivered, s.diverted_failed, s.queued), (1, 1, 1));
-/// assert_eq!(s.emitted(), 2);
-/// assert_eq!(s.into_queue(), s.out_of_queue());
-/// # Ok::<(), tailguard::ConfigError>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EmitterStats {
-    /// Emits that delivered their trigger (late ones included).
-    pub delivered: u64,
-    /// Of those, calls that returned successfully but after the timeout
-    /// (counted by the breaker as failed and slow).
-    pub overran: u64,
-    /// Triggers queued because the breaker rejected the call.
-    pub diverted_open: u64,
-    /// Triggers queued because the bulkhead was full.
-    pub diverted_bulkhead: u64,
-    /// Triggers queued because the call timed out.
-    pub diverted_timeout: u64,
-    /// Triggers queued because the call failed.
-    pub diverted_failed: u64,
-    /// Triggers handed back because the queue was full.
-    pub handed_back_full: u64,
-    /// Triggers handed back because the emitter is shut down.
-    pub handed_back_shut_down: u64,
-    /// Queued triggers that gave way to a higher class (handed back).
-    pub displaced: u64,
-    /// Emits dropped before they finished, their trigger with them: async
-    /// emits whose future was dropped, and calls that panicked when the
-    /// queue could not take their trigger.
-    pub cancelled: u64,
-    /// Triggers dropped as a panicking call unwound, because nothing could
-    /// take them: the call's own when the queue was full or shut down (also
-    /// in `cancelled`), or the lower-class one its trigger displaced from a
-    /// full queue (also in `displaced`). Zero unless a call panics: the
-    /// only triggers the emitter ever drops.
-    pub dropped_in_panics: u64,
-    /// Queued triggers delivered by replay.
-    pub replayed: u64,
-    /// Queued triggers replay handed back after their last attempt.
-    pub replay_handed_back: u64,
-    /// Queued triggers handed to a [`shutdown`](Emitter::shutdown) or
-    /// [`drain`](Emitter::drain) sink.
-    pub drained: u64,
-    /// Triggers queued by hand ([`Emitter::enqueue`]), not by an emit.
-    pub queued_by_hand: u64,
-    /// Triggers in the queue now.
-    pub queued: usize,
-    /// Whether replay keeps a trigger at the head (taken out, not yet
-    /// delivered).
-    pub pending: bool,
-    /// How long each emit took, delivered or not: the router's own cost.
-    pub emit_times: EmitTimes,
-    /// Calls in flight in the bulkhead (0 without one): every call it
-    /// holds, this emitter's and those of any other sharing it.
-    pub bulkhead_in_flight: usize,
-    /// Calls of this emitter (emits and replays) the bulkhead refused: its
-    /// own share, so that a sum over emitters sharing one bulkhead counts
-    /// each refusal once.
-    pub bulkhead_rejections: u64,
 }
 
 impl EmitterStats {
@@ -918,30 +849,13 @@ impl<T> Emitter<T> {
     /// ```
     pub fn stats(&self) -> EmitterStats {
         let inner = &*self.inner;
-        let r = inner.metrics.read();
-        let pending = inner.has_pending.load(Ordering::Acquire);
-        EmitterStats {
-            delivered: r.delivered,
-            overran: r.overran,
-            diverted_open: r.diverted_open,
-            diverted_bulkhead: r.diverted_bulkhead,
-            diverted_timeout: r.diverted_timeout,
-            diverted_failed: r.diverted_failed,
-            handed_back_full: r.handed_back_full,
-            handed_back_shut_down: r.handed_back_shut_down,
-            displaced: r.displaced,
-            cancelled: r.cancelled,
-            dropped_in_panics: r.dropped_in_panics,
-            replayed: r.replayed,
-            replay_handed_back: r.replay_handed_back,
-            drained: r.drained,
-            queued_by_hand: r.queued_by_hand,
-            queued: inner.producer.len(),
-            pending,
-            emit_times: r.times,
-            bulkhead_in_flight: inner.bulkhead.as_ref().map_or(0, Bulkhead::in_flight),
-            bulkhead_rejections: r.bulkhead_rejected,
-        }
+        EmitterStats::read(&inner.metrics, || {
+            let emit_times = inner.metrics.times();
+            let pending = inner.has_pending.load(Ordering::Acquire);
+            let queued = inner.producer.len();
+            let bulkhead_in_flight = inner.bulkhead.as_ref().map_or(0, Bulkhead::in_flight);
+            (queued, pending, emit_times, bulkhead_in_flight)
+        })
     }
 
     /// Stops queueing and hands every queued trigger (the one replay keeps
