@@ -593,7 +593,7 @@ impl BreakerBuilder {
     /// closed together at its next wake (judged as one span), and it adds
     /// no timer to the runtime (so auto-advance is not disturbed). To close
     /// windows on virtual time, one by one, build with `ticker(false)` and
-    /// tick by hand or with [`tick_every`](crate::emit::tick_every).
+    /// tick by hand or with [`tick_every`](crate::tick_every).
     ///
     /// `ticker(false)`: only [`Breaker::tick`] closes the windows (a
     /// runtime that owns its timers, a thread-per-core server ticking its

@@ -61,5 +61,7 @@ pub use report::{
     Transition, WindowStats,
 };
 pub use sketch::QUANTILE_RELATIVE_ERROR;
+#[cfg(all(feature = "tokio", not(tailguard_loom)))]
+pub use ticker::tick_every;
 #[cfg(not(tailguard_loom))]
 pub use ticker::Ticker;

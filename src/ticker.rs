@@ -504,3 +504,50 @@ mod tests {
         assert!(GLOBAL.lock().breakers.iter().filter(|w| w.strong_count() > 0).count() >= kept.len());
     }
 }
+
+/// Spawns a task on the current tokio runtime that ticks `breaker` every
+/// `period` ([`Breaker::tick`](crate::Breaker::tick)), and ends when the breaker is dropped.
+///
+/// For a breaker on [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
+/// under a paused clock (tests with `start_paused`), built with
+/// `ticker(false)`: the ticker thread wakes on the real clock, so windows
+/// that virtual time runs through in an instant close together at its next
+/// wake; ticked here, on the runtime, they close on virtual time, one by
+/// one (see [`BreakerBuilder::ticker`](crate::BreakerBuilder::ticker)). The
+/// task's timer makes a paused runtime auto-advance whenever it is idle.
+///
+/// Must be called from within a tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tailguard::ConfigError> {
+/// use std::time::Duration;
+/// use tailguard::{Breaker, clock::ClockSource};
+///
+/// let b = Breaker::builder().clock(ClockSource::tokio()).ticker(false).build()?;
+/// let ticks = tailguard::tick_every(&b, Duration::from_millis(100));
+/// tokio::time::sleep(Duration::from_millis(2_500)).await;
+/// assert!(b.snapshot().window.closed_at >= Duration::from_secs(2));
+/// drop(b);
+/// tokio::time::sleep(Duration::from_millis(200)).await;
+/// assert!(ticks.is_finished());
+/// # Ok(())
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub fn tick_every(breaker: &crate::Breaker, period: Duration) -> tokio::task::JoinHandle<()> {
+    let weak = breaker.downgrade();
+    let period = period.max(Duration::from_millis(1));
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            match crate::Breaker::upgrade(&weak) {
+                Some(b) => b.tick(),
+                None => return,
+            }
+        }
+    })
+}

@@ -97,8 +97,11 @@ mod future;
 mod metrics;
 mod replay;
 
+// Moved to the crate root (`crate::tick_every`), beside `Ticker`; kept
+// here, out of the docs, so that code written against 0.1 builds.
 #[cfg(feature = "tokio")]
-pub use future::tick_every;
+#[doc(hidden)]
+pub use crate::tick_every;
 pub use metrics::{EmitTimes, EmitterStats};
 #[cfg(feature = "prometheus")]
 pub(crate) use metrics::{Exported, EXPORTED};
@@ -237,7 +240,7 @@ impl<E: fmt::Display> fmt::Display for Divert<E> {
 /// let _ = e.emit_blocking("a", Priority::Critical, |_, _| Ok::<_, ()>(()));
 /// // Full of a class at least as high: the trigger comes back.
 /// let out = e.emit_blocking("b", Priority::Critical, |_, _| Ok::<_, ()>(()));
-/// assert!(matches!(out, Emitted::HandedBack { trigger: "b", because: HandBack::QueueFull, .. }));
+/// assert!(matches!(out, Emitted::HandedBack { trigger: "b", not_queued: HandBack::QueueFull, .. }));
 /// # Ok::<(), tailguard::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,10 +279,10 @@ pub enum Emitted<T, O, E> {
         trigger: T,
         /// Its class.
         class: Priority,
-        /// Why it was not delivered.
+        /// Why it was not delivered (as in [`Emitted::Diverted`]).
         reason: Divert<E>,
-        /// Why it was not queued.
-        because: HandBack,
+        /// Why it was not queued either.
+        not_queued: HandBack,
     },
 }
 
@@ -890,7 +893,7 @@ impl<T> Emitter<T> {
     /// assert_eq!(e.shutdown(|t, _| saved.push(t)), 1);
     /// assert_eq!(saved, ["a"]);
     /// let out = e.emit_blocking("b", Priority::Routine, |_, _| Ok::<_, ()>(()));
-    /// assert!(matches!(out, Emitted::HandedBack { trigger: "b", because: HandBack::ShutDown, .. }));
+    /// assert!(matches!(out, Emitted::HandedBack { trigger: "b", not_queued: HandBack::ShutDown, .. }));
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
     pub fn shutdown(&self, mut sink: impl FnMut(T, Priority)) -> usize {
@@ -990,8 +993,8 @@ impl<T> Inner<T> {
                 };
                 Emitted::Diverted { reason, displaced }
             }
-            Err((trigger, because)) => {
-                self.metrics.count(match because {
+            Err((trigger, not_queued)) => {
+                self.metrics.count(match not_queued {
                     HandBack::QueueFull => Count::HandedBackFull,
                     HandBack::ShutDown => Count::HandedBackShutDown,
                 });
@@ -999,7 +1002,7 @@ impl<T> Inner<T> {
                     trigger,
                     class,
                     reason,
-                    because,
+                    not_queued,
                 }
             }
         }

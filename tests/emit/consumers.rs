@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tailguard::clock::ClockSource;
 use tailguard::dlq::{DeadLetterQueue, Priority};
-use tailguard::emit::{tick_every, Emitted, Emitter, ReplayStop};
+use tailguard::emit::{Emitted, Emitter, ReplayStop};
+use tailguard::tick_every;
 use tailguard::{Breaker, State};
 use tokio::time::sleep;
 

@@ -150,7 +150,7 @@ fn a_full_queue_displaces_lower_classes_then_hands_back() {
         Emitted::HandedBack {
             trigger: "r2",
             class: Priority::Routine,
-            because: HandBack::QueueFull,
+            not_queued: HandBack::QueueFull,
             reason: Divert::Open(_),
         } => {}
         other => panic!("{other:?}"),

@@ -26,7 +26,7 @@ fn shutdown_drains_the_head_then_the_queue_and_queues_nothing_after() {
     match e.emit_blocking(9, Priority::Critical, |_, _| Ok::<_, ()>(())) {
         Emitted::HandedBack {
             trigger: 9,
-            because: HandBack::ShutDown,
+            not_queued: HandBack::ShutDown,
             reason: Divert::Open(_),
             ..
         } => {}
@@ -64,7 +64,7 @@ fn shutdown_racing_with_diverting_threads_loses_nothing() {
                         match e.emit_blocking(t * per + i, Priority::Routine, |_, _| Ok::<_, ()>(())) {
                             Emitted::Diverted { displaced: None, .. } => {}
                             Emitted::HandedBack {
-                                because: HandBack::ShutDown,
+                                not_queued: HandBack::ShutDown,
                                 ..
                             } => {
                                 handed_back.fetch_add(1, Ordering::Relaxed);
@@ -276,7 +276,7 @@ mod on_tokio {
                             match out {
                                 Emitted::Delivered(()) | Emitted::Diverted { displaced: None, .. } => {}
                                 Emitted::HandedBack {
-                                    because: HandBack::ShutDown,
+                                    not_queued: HandBack::ShutDown,
                                     ..
                                 } => {
                                     handed_back.fetch_add(1, Ordering::Relaxed);

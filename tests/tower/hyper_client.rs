@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tailguard::clock::{ClockSource, ManualClock};
-use tailguard::emit::tick_every;
+use tailguard::tick_every;
 use tailguard::tower::{BreakerError, BreakerLayer, BreakerService};
 use tailguard::{Breaker, Bulkhead, RejectReason, State};
 use tokio::time::Instant;
