@@ -1,7 +1,7 @@
 //! Loom models of the crate's concurrent protocols: every one the crate has,
 //! beside the model that checks it (the queue's are in `dlq.rs` here).
 //!
-//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_breaker --test loom_dlq --test loom_emit`
+//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom`
 //! (`.ci/run` does). Every model runs at the bound of 2 unless it says
 //! otherwise; `.ci/run` runs five again at 3, each in under a second:
 //! `a_dropped_probe_returns_its_slot`,
@@ -12,15 +12,15 @@
 //!
 //! | protocol (where) | models |
 //! |---|---|
-//! | transitions: a CAS over a pure decision, racing OPEN → HALF_OPEN (`state.rs`, `breaker/admission.rs`) | `racing_allow_at_open_expiry_respects_the_probe_limit`, `two_slots_three_racers` |
+//! | transitions: a CAS over a pure decision, racing OPEN → HALF_OPEN (`state.rs`, `breaker/open.rs`) | `racing_allow_at_open_expiry_respects_the_probe_limit`, `two_slots_three_racers` |
 //! | probe slots taken and given back; a caller that loaded an earlier round retries in the new one (`breaker/admission.rs`, `breaker/transition.rs`) | `a_dropped_probe_returns_its_slot`, `two_slots_three_racers`, `a_caller_that_loaded_an_earlier_round_retries_in_the_new_one` |
 //! | probe leases stamped by the CAS that won the slot (`breaker/admission.rs`) | `a_probe_admitted_from_a_stale_word_gets_its_own_lease` |
 //! | lease expiry against the probe's verdict (`breaker/window.rs`, `breaker/admission.rs`) | `a_probe_verdict_racing_its_lease_expiry_decides_the_round_once` |
 //! | rounds and generations: the 64-bit generation, stale verdicts (`state.rs`, `breaker/transition.rs`, `breaker/permit.rs`) | `a_stale_generation_result_changes_nothing`, `a_probe_from_an_old_round_never_decides_the_new_one` |
-//! | OPEN deadline published after the trip, withdrawn after the OPEN (`breaker/transition.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected` |
+//! | OPEN deadline published after the trip, withdrawn after the OPEN (`breaker/open.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected` |
 //! | window close against records into shared shards (`shard.rs`, `breaker/window.rs`) | `counters_are_conserved_across_a_concurrent_tick` |
 //! | owned handles: single-writer shards read by window close, shards handed out by CAS (`shard.rs`, `breaker/permit.rs`) | `local_handle_records_are_conserved_across_a_concurrent_tick`, `a_local_shard_is_handed_out_once` |
-//! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag; generation tags keeping calls after a transition from those before it (`shard.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`, `a_call_admitted_after_a_transition_is_never_claimed_with_those_before` |
+//! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag; generation tags keeping calls after a transition from those before it (`flight.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`, `a_call_admitted_after_a_transition_is_never_claimed_with_those_before` |
 //! | tasks parked elsewhere, woken by a transition into OPEN (`breaker/watch.rs`) | `a_parked_task_is_woken_or_sees_the_breaker_open` |
 //! | events queued by every transition, delivered in order off the hot path (`events.rs`) | `events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted`, `a_hot_path_transition_racing_an_override_is_delivered_in_order` |
 //! | the queue: slot `seq` protocol, the occupancy word, displacement, the consumer's pop (`dlq/`) | the nine models of `dlq.rs` (two bounded lower, as they state) |

@@ -1,7 +1,7 @@
 //! Loom models of `tailguard::dlq`.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_dlq`.
+//! `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom -- dlq::`.
 //!
 //! Each model runs two or three producers and the consumer (the model's main
 //! thread) on a queue of capacity 1 to 3 and checks that:

@@ -2,7 +2,7 @@
 //! `src/bulkhead.rs`); the breaker's and the queue's are in `breaker.rs`
 //! and `dlq.rs` here.
 //!
-//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_emit`.
+//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom -- emit::`.
 //!
 //! | protocol (where) | models |
 //! |---|---|
@@ -47,7 +47,7 @@ fn a_diversion_racing_shutdown_is_drained_or_handed_back() {
                 Emitted::Diverted { displaced: None, .. } => false,
                 Emitted::HandedBack {
                     trigger: 7,
-                    because: HandBack::ShutDown,
+                    not_queued: HandBack::ShutDown,
                     ..
                 } => true,
                 _ => panic!("unexpected outcome"),

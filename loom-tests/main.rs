@@ -1,0 +1,11 @@
+//! The loom models, one binary: the breaker's protocols (`breaker`, whose
+//! header is the table of every protocol and its models), the queue's
+//! (`dlq`) and the emit path's (`emit`). Built only with
+//! `--cfg tailguard_loom`, which swaps the crate's atomics for loom's.
+//!
+//! Run: `RUSTFLAGS="--cfg tailguard_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom`.
+#![cfg(tailguard_loom)]
+
+mod breaker;
+mod dlq;
+mod emit;
