@@ -11,7 +11,9 @@ use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tailguard::clock::ManualClock;
+use tailguard::Breaker;
 
 /// The consumer on 127.0.0.1: its latency (spent on the breaker's manual
 /// clock) and its status are changed at run time; it counts what it got.
@@ -69,4 +71,24 @@ impl Server {
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::SeqCst)
     }
+}
+
+/// The probes (and the successes that close it) of [`breaker`].
+pub const PROBES: u32 = 2;
+
+/// A breaker on `clock` for the client tests: one-minute windows judged
+/// alone (five calls at least, 100 ms threshold), [`PROBES`] probes.
+pub fn breaker(clock: &ManualClock) -> Breaker {
+    Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .window(Duration::from_secs(60))
+        .error_window(Duration::from_secs(60))
+        .latency_threshold(100 * MS)
+        .trip_windows(1)
+        .min_calls(5)
+        .half_open_probes(PROBES)
+        .success_to_close(PROBES)
+        .build()
+        .unwrap()
 }

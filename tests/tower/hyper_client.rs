@@ -5,7 +5,7 @@
 //! latency the server spends on the breaker's manual clock, so neither test
 //! sleeps on the wall clock.
 
-use crate::support::http::Server;
+use crate::support::http::{breaker as http_breaker, Server, PROBES};
 use crate::support::MS;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -232,19 +232,7 @@ async fn an_http_consumer_that_turns_slow_then_fails_is_cut_off_and_recovered() 
 async fn over_tcp_hyper_util_s_client_behind_the_layer_trips_on_latency_and_on_503s() {
     let clock = ManualClock::new();
     let (server, uri) = Server::start(&clock).await;
-    const PROBES: u64 = 2;
-    let breaker = Breaker::builder()
-        .clock(clock.clone())
-        .ticker(false)
-        .window(Duration::from_secs(60))
-        .error_window(Duration::from_secs(60))
-        .latency_threshold(100 * MS)
-        .trip_windows(1)
-        .min_calls(5)
-        .half_open_probes(PROBES as u32)
-        .success_to_close(PROBES as u32)
-        .build()
-        .unwrap();
+    let breaker = http_breaker(&clock);
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let svc = BreakerLayer::new(breaker.clone()).layer(client);
@@ -313,8 +301,12 @@ async fn over_tcp_hyper_util_s_client_behind_the_layer_trips_on_latency_and_on_5
         }
     }
     let probes_seen = server.received() - before;
-    assert_eq!(probes_seen, PROBES, "the server saw only the probes while half-open");
-    assert_eq!(delivered, PROBES);
+    assert_eq!(
+        probes_seen,
+        u64::from(PROBES),
+        "the server saw only the probes while half-open"
+    );
+    assert_eq!(delivered, u64::from(PROBES));
     assert_eq!(breaker.state(), State::Closed, "the probes' successes closed it");
 
     // Now the server fails fast with 503s: it trips on the error rate (in

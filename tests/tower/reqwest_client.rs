@@ -5,8 +5,7 @@
 //! `reqwest-middleware`). The server spends its latency on the breaker's
 //! manual clock, so no test sleeps on the wall clock.
 
-use crate::support::http::Server;
-use crate::support::MS;
+use crate::support::http::{breaker, Server, PROBES};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,23 +26,6 @@ enum Answer {
 }
 
 type Send = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Answer> + std::marker::Send>> + std::marker::Send + Sync>;
-
-const PROBES: u32 = 2;
-
-fn breaker(clock: &ManualClock) -> Breaker {
-    Breaker::builder()
-        .clock(clock.clone())
-        .ticker(false)
-        .window(Duration::from_secs(60))
-        .error_window(Duration::from_secs(60))
-        .latency_threshold(100 * MS)
-        .trip_windows(1)
-        .min_calls(5)
-        .half_open_probes(PROBES)
-        .success_to_close(PROBES)
-        .build()
-        .unwrap()
-}
 
 /// The scenario, whatever the client: healthy, slow (trips on latency),
 /// refused while open (never reaching the server, with a Retry-After),
