@@ -272,11 +272,15 @@ impl EncodeMetric for EmitSeconds {
     }
 }
 
-/// Writes every exported emitter counter ([`EXPORTED`], one line of the
-/// emitter's counter table each): a family per name, with a sample per
-/// consumer with an emitter attached (per label value, in a labelled
-/// family); nothing at all if no consumer has one.
-fn emitter_counters(encoder: &mut DescriptorEncoder<'_>, rows: &[ConsumerSnapshot]) -> fmt::Result {
+/// Writes the exported emitter counters ([`EXPORTED`], one line of the
+/// emitter's counter table each) of the families `which` picks: a family
+/// per name, with a sample per consumer with an emitter attached (per label
+/// value, in a labelled family); nothing at all if no consumer has one.
+fn emitter_counters(
+    encoder: &mut DescriptorEncoder<'_>,
+    rows: &[ConsumerSnapshot],
+    which: impl Fn(&str) -> bool,
+) -> fmt::Result {
     let emitters: Vec<(&str, &EmitterStats)> = rows
         .iter()
         .filter_map(|r| Some((&*r.name, r.emitter.as_ref()?)))
@@ -284,7 +288,7 @@ fn emitter_counters(encoder: &mut DescriptorEncoder<'_>, rows: &[ConsumerSnapsho
     if emitters.is_empty() {
         return Ok(());
     }
-    for series in families(EXPORTED) {
+    for series in families(EXPORTED).filter(|series| which(series[0].family)) {
         let mut metric = encoder.encode_descriptor(
             series[0].family,
             series[0].help,
@@ -559,7 +563,10 @@ impl Collector for BreakerCollector {
             &rows,
             |r| r.emitter.as_ref().map(|s| EmitSeconds(s.emit_times)),
         )?;
-        emitter_counters(e, &rows)?;
+        // The bulkhead's families stand together: its gauges, then each
+        // emitter's share of its refusals.
+        let bulkhead = |family: &str| family.starts_with("breaker_bulkhead");
+        emitter_counters(e, &rows, |f| !bulkhead(f))?;
         let bulkheads = self.registry.bulkheads();
         bulkhead_family(
             e,
@@ -575,6 +582,7 @@ impl Collector for BreakerCollector {
             &bulkheads,
             |b| b.max_in_flight,
         )?;
+        emitter_counters(e, &rows, bulkhead)?;
         by_class(
             e,
             "breaker_fallback_class_depth",

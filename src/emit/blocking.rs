@@ -129,12 +129,13 @@ impl<T> Emitter<T> {
         let mut replay = Replay::begin(inner, max);
         // Each trigger is taken out under a brief lock; none is held while
         // `call` runs (it may shut the emitter down, drain it, queue by hand).
-        while let Some((attempt, ())) = replay.next(|| (clock.raw(), ())) {
+        while let Some((mut attempt, ())) = replay.next(|| (clock.raw(), ())) {
             let deadline = attempt.deadline();
             let outcome = match catch_unwind(AssertUnwindSafe(|| call(attempt.trigger(), &deadline))) {
                 Ok(result) => Outcome::Done(result),
                 Err(panic) => Outcome::Panicked(panic),
             };
+            attempt.release_slot();
             replay.settle(attempt, outcome);
         }
         replay.finish()

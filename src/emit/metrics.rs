@@ -38,21 +38,32 @@ macro_rules! counters {
                 $(#[$xattr:meta])*
                 pub $xfield:ident: $xty:ty,
             )*
+            // Counters whose fields come after the others (their order in
+            // the struct, its `Debug`, and the exposition).
+            then {
+                $(
+                    $(#[doc = $doc2:literal])*
+                    $variant2:ident => $field2:ident
+                        $(: $family2:literal $({ $lname2:ident = $lvalue2:literal })? $(help $help2:literal)?)?,
+                )*
+            }
         }
     ) => {
         /// What an emit ended in, besides the time it took: one counter each.
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub(crate) enum Count {
             $($(#[doc = $doc])* $variant,)*
+            $($(#[doc = $doc2])* $variant2,)*
         }
 
         /// How many counters each shard keeps.
-        const COUNTS: usize = [$(Count::$variant),*].len();
+        const COUNTS: usize = [$(Count::$variant,)* $(Count::$variant2,)*].len();
 
         $(#[$sattr])*
         pub struct $stats {
             $($(#[doc = $doc])* pub $field: u64,)*
             $($(#[$xattr])* pub $xfield: $xty,)*
+            $($(#[doc = $doc2])* pub $field2: u64,)*
         }
 
         impl $stats {
@@ -60,10 +71,12 @@ macro_rules! counters {
             /// (read by `rest`, after the counters).
             pub(crate) fn read(metrics: &Metrics, rest: impl FnOnce() -> ($($xty,)*)) -> Self {
                 $(let $field = metrics.sum(Count::$variant);)*
+                $(let $field2 = metrics.sum(Count::$variant2);)*
                 let ($($xfield,)*) = rest();
                 Self {
                     $($field,)*
                     $($xfield,)*
+                    $($field2,)*
                 }
             }
         }
@@ -79,6 +92,17 @@ macro_rules! counters {
                 value: {
                     fn value(s: &$stats) -> u64 {
                         s.$field
+                    }
+                    value
+                },
+            },)?)*
+            $($(Exported {
+                family: $family2,
+                label: counters!(@label $($lname2 $lvalue2)?),
+                help: counters!(@help $($help2)?),
+                value: {
+                    fn value(s: &$stats) -> u64 {
+                        s.$field2
                     }
                     value
                 },
@@ -168,11 +192,6 @@ counters! {
             Drained => drained,
             /// Triggers queued by hand ([`Emitter::enqueue`](super::Emitter::enqueue)), not by an emit.
             QueuedByHand => queued_by_hand,
-            /// Calls of this emitter (emits and replays) the bulkhead refused: its
-            /// own share, so that a sum over emitters sharing one bulkhead counts
-            /// each refusal once.
-            BulkheadRejected => bulkhead_rejections: "breaker_bulkhead_rejected"
-                help "Calls of this consumer's emitter its bulkhead refused (its own share of a shared bulkhead).",
         }
         /// Triggers in the queue now.
         pub queued: usize,
@@ -184,6 +203,13 @@ counters! {
         /// Calls in flight in the bulkhead (0 without one): every call it
         /// holds, this emitter's and those of any other sharing it.
         pub bulkhead_in_flight: usize,
+        then {
+            /// Calls of this emitter (emits and replays) the bulkhead refused: its
+            /// own share, so that a sum over emitters sharing one bulkhead counts
+            /// each refusal once.
+            BulkheadRejected => bulkhead_rejections: "breaker_bulkhead_rejected"
+                help "Calls of this consumer's emitter its bulkhead refused (its own share of a shared bulkhead).",
+        }
     }
 }
 

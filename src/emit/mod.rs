@@ -97,11 +97,6 @@ mod future;
 mod metrics;
 mod replay;
 
-// Moved to the crate root (`crate::tick_every`), beside `Ticker`; kept
-// here, out of the docs, so that code written against 0.1 builds.
-#[cfg(feature = "tokio")]
-#[doc(hidden)]
-pub use crate::tick_every;
 pub use metrics::{EmitTimes, EmitterStats};
 #[cfg(feature = "prometheus")]
 pub(crate) use metrics::{Exported, EXPORTED};
@@ -852,8 +847,11 @@ impl<T> Emitter<T> {
     /// ```
     pub fn stats(&self) -> EmitterStats {
         let inner = &*self.inner;
+        // The emit times before the outcomes (an emit counts its outcome
+        // before its time, and each only goes up): a reading never times
+        // more emits than it counts ended.
+        let emit_times = inner.metrics.times();
         EmitterStats::read(&inner.metrics, || {
-            let emit_times = inner.metrics.times();
             let pending = inner.has_pending.load(Ordering::Acquire);
             let queued = inner.producer.len();
             let bulkhead_in_flight = inner.bulkhead.as_ref().map_or(0, Bulkhead::in_flight);

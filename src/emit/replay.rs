@@ -196,6 +196,14 @@ impl<'a, T> Attempt<'a, T> {
         &self.held.item.as_ref().expect("held until settled").trigger
     }
 
+    /// Gives the call's bulkhead slot back now, before `settle` reads the
+    /// call's end: for a blocking call, over when it returns (as the
+    /// blocking replay always did). An async call's slot goes back in
+    /// `settle`, after the end is read, as the async emit's does.
+    pub(super) fn release_slot(&mut self) {
+        self.slot = None;
+    }
+
     /// The call's deadline (for a blocking call, which is told it).
     pub(super) fn deadline(&self) -> Deadline<'a> {
         let inner = self.held.inner;

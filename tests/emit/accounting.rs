@@ -266,3 +266,100 @@ fn an_emitter_built_on_a_non_empty_queue_keeps_the_identity() {
     let s = e.stats();
     assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
 }
+
+/// A reading taken while emits run never has more emit times than emits
+/// that ended: an emit counts what it ended in before its time, and a
+/// reading takes the times before the outcomes (each only ever goes up),
+/// so every reading has `emit_times.count() <= emitted()`, and a scrape's
+/// `breaker_emit_seconds_count` is never above the emits its outcome
+/// counters say ended.
+///
+/// Regression (issue 17's hostile review: the emitter's counter table).
+#[test]
+fn a_reading_while_emits_run_never_times_more_emits_than_ended() {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u64>(&b, 64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (e, clock, stop) = (e.clone(), clock.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // 20 ms: a time bucket the reading reaches late.
+                    let _ = e.emit_blocking(i, Priority::Routine, |_, _| {
+                        clock.advance(20 * MS);
+                        Ok::<_, ()>(())
+                    });
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let (mut reads, mut ahead) = (0u64, None);
+    let t0 = Instant::now();
+    while ahead.is_none() && t0.elapsed() < 2 * SEC {
+        let s = e.stats();
+        reads += 1;
+        if s.emit_times.count() > s.emitted() {
+            ahead = Some((s.emit_times.count(), s.emitted()));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    assert!(e.stats().delivered > 0);
+    assert_eq!(
+        ahead, None,
+        "reading {reads} counted (emit times, emits ended) = {ahead:?}: an emit timed that had not ended"
+    );
+}
+
+/// `EmitterStats`' `Debug` (what a log line of `{stats:?}` shows) lists its
+/// fields in the order it always did: the counters, the queue, the replay's
+/// pending trigger, the emit times, the bulkhead's load, then the bulkhead's
+/// refusals.
+///
+/// Regression (issue 17's hostile review: the emitter's counter table).
+#[test]
+fn emitter_stats_debug_lists_its_fields_in_their_order() {
+    let e = emitter::<u64>(&plain_breaker(), 8);
+    let text = format!("{:?}", e.stats());
+    let fields = [
+        "delivered",
+        "overran",
+        "diverted_open",
+        "diverted_bulkhead",
+        "diverted_timeout",
+        "diverted_failed",
+        "handed_back_full",
+        "handed_back_shut_down",
+        "displaced",
+        "cancelled",
+        "dropped_in_panics",
+        "replayed",
+        "replay_handed_back",
+        "drained",
+        "queued_by_hand",
+        "queued",
+        "pending",
+        "emit_times",
+        "bulkhead_in_flight",
+        "bulkhead_rejections",
+    ];
+    let at: Vec<usize> = fields
+        .iter()
+        .map(|f| {
+            text.find(&format!(" {f}: "))
+                .unwrap_or_else(|| panic!("no field {f} in {text}"))
+        })
+        .collect();
+    let order: Vec<&str> = {
+        let mut by_place: Vec<(usize, &str)> = at.iter().copied().zip(fields.iter().copied()).collect();
+        by_place.sort();
+        by_place.into_iter().map(|(_, f)| f).collect()
+    };
+    assert_eq!(order, fields, "{text}");
+}

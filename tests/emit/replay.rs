@@ -210,6 +210,42 @@ fn replay_from_inside_a_drain_sink_returns() {
     });
 }
 
+/// A blocking replay gives its call's bulkhead slot back before it reads
+/// the call's end (what it did before replay had one policy for both
+/// drivers): a thread reading the bulkhead at that instant (put there by a
+/// hook on the end's clock read) finds it free.
+///
+/// Regression (issue 17's hostile review: replay's one policy).
+#[test]
+fn a_blocking_replay_gives_its_bulkhead_slot_back_before_it_reads_the_end() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tailguard::Bulkhead;
+    let clock = crate::support::hook::HookClock::new();
+    let b = Breaker::builder().clock(clock.source()).ticker(false).build().unwrap();
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .shared_bulkhead(bulkhead.clone())
+        .build()
+        .unwrap();
+    let _ = e.enqueue(7, Priority::Routine);
+    let at_end = Arc::new(AtomicUsize::new(usize::MAX));
+    let r = e.replay_blocking(1, |_, _| {
+        assert_eq!(bulkhead.in_flight(), 1, "the call holds the slot");
+        // The next read of the breaker's clock is the replay's end of this call.
+        let (bulkhead, at_end) = (bulkhead.clone(), Arc::clone(&at_end));
+        clock.at_read(1, move || at_end.store(bulkhead.in_flight(), Ordering::SeqCst));
+        Ok::<_, ()>(())
+    });
+    assert_eq!(r.delivered, 1, "{r:?}");
+    assert!(clock.fired());
+    assert_eq!(
+        at_end.load(Ordering::SeqCst),
+        0,
+        "the bulkhead slot was still held when the replay read the call's end"
+    );
+}
+
 #[cfg(feature = "tokio")]
 mod on_tokio {
 

@@ -799,3 +799,53 @@ fn distinct_bulkheads_get_distinct_label_sets() {
         "each bulkhead under a label set of its own: {series:?}"
     );
 }
+
+/// The emitter's families come in the exposition in the order they always
+/// did, which is the module docs' table's: the emit times, the outcomes,
+/// replay's, then the bulkhead's gauges and last its refusals, before the
+/// queue's classes. (The text is otherwise unchanged by where the counters
+/// are defined; a diff of two expositions, or a golden file, sees a moved
+/// family.)
+///
+/// Regression (issue 17's hostile review: the emitter's counter table).
+#[test]
+fn the_emitter_families_are_written_in_their_order() {
+    use tailguard::emit::Emitter;
+    let registry = Registry::new();
+    let b = registry
+        .get_or_create("pricing", || Breaker::builder().ticker(false))
+        .unwrap();
+    let e = Emitter::builder(b, DeadLetterQueue::with_capacity(8).unwrap())
+        .bulkhead(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(registry.attach_emitter("pricing", &e));
+    let _ = e.emit_blocking(1u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    let text = encode_text(&registry);
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .skip_while(|f| *f != "breaker_emit_seconds")
+        .take_while(|f| !f.starts_with("breaker_fallback_class"))
+        .collect();
+    assert_eq!(
+        families,
+        [
+            "breaker_emit_seconds",
+            "breaker_emits_delivered_total",
+            "breaker_emits_overran_total",
+            "breaker_emits_diverted_total",
+            "breaker_emits_handed_back_total",
+            "breaker_emits_cancelled_total",
+            "breaker_emit_panic_drops_total",
+            "breaker_replayed_total",
+            "breaker_replay_handed_back_total",
+            "breaker_bulkhead_in_flight",
+            "breaker_bulkhead_max_in_flight",
+            "breaker_bulkhead_rejected_total",
+        ],
+        "{text}"
+    );
+}

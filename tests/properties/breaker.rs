@@ -15,6 +15,7 @@
 
 use crate::model::breaker as model;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tailguard::clock::ManualClock;
@@ -155,6 +156,18 @@ fn cases() -> u32 {
         .unwrap_or(2_000)
 }
 
+/// The property's configuration: [`cases`] cases, and its saved failure
+/// cases in `breaker.proptest-regressions` beside this file (proptest's
+/// default would look in `../proptest-regressions/`, this binary's root
+/// being `main.rs`).
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    }
+}
+
 type Seen = Arc<Mutex<Vec<(State, Reason, u32)>>>;
 
 fn build(s: &Settings, clock: &ManualClock) -> (Breaker, model::Breaker, Seen) {
@@ -214,7 +227,7 @@ fn raw(clock: &ManualClock) -> u64 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn the_breaker_behaves_as_its_model(s in settings(), ops in prop::collection::vec(op(), 1..150)) {
@@ -354,4 +367,31 @@ proptest! {
             std::mem::forget(p);
         }
     }
+}
+
+/// The failure cases proptest saved for this property (the `cc` lines of
+/// `breaker.proptest-regressions`, beside this file) are the ones it loads
+/// and re-runs before any new case, with the configuration the property
+/// runs with. Proptest finds that file from the property's source file; a
+/// `main.rs` next to it sends proptest to `../proptest-regressions/` instead,
+/// and the saved cases are never run again.
+///
+/// Regression (issue 17's hostile review: the tests filed by subject).
+#[test]
+fn the_saved_failure_cases_are_the_ones_proptest_replays() {
+    let saved = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/properties/breaker.proptest-regressions"
+    ))
+    .unwrap();
+    let saved = saved.lines().filter(|l| l.starts_with("cc ")).count();
+    assert!(saved > 0);
+    let persistence = config().failure_persistence.expect("file persistence");
+    let loaded = persistence.load_persisted_failures2(Some(file!()));
+    assert_eq!(
+        loaded.len(),
+        saved,
+        "the property would replay {} of the {saved} saved failure cases",
+        loaded.len()
+    );
 }

@@ -8,6 +8,7 @@
 
 use crate::model::dlq as model;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use tailguard::dlq::{DeadLetterQueue, Full, Priority, Pushed};
 
 #[derive(Debug, Clone)]
@@ -32,8 +33,20 @@ fn cases() -> u32 {
         .unwrap_or(2_000)
 }
 
+/// The property's configuration: [`cases`] cases, and its saved failure
+/// cases in `dlq.proptest-regressions` beside this file (proptest's
+/// default would look in `../proptest-regressions/`, this binary's root
+/// being `main.rs`).
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn the_queue_behaves_as_its_model(capacity in 1usize..6, ops in prop::collection::vec(op(), 1..200)) {
