@@ -2,10 +2,11 @@
 //! when the OPEN ends), the one reading of time against it, the answers an
 //! OPEN breaker gives, and the one move from OPEN to HALF_OPEN.
 //!
-//! A clock that stepped back is seen here, and only here, by one rule
+//! A clock that stepped back since the trip is seen here by one rule
 //! ([`stepped_back`]): a correct clock is never more than the longest
 //! backoff before a published deadline, so a reading further back is a
-//! clock that went back since the trip, and reads as the trip's time.
+//! clock that went back since the trip, and reads as the trip's time. (A
+//! window close sees a step against its own highest time: `window.rs`.)
 //!
 //! Touches `deadline`, `opened_at`, `deadline_gen` (under the OPEN lock,
 //! `open_lock`), the state word (OPEN → HALF_OPEN) and, when `allow` finds

@@ -22,7 +22,10 @@ use std::time::Duration;
 /// the Prometheus series it is exported as, if any ([`EXPORTED`]; the
 /// module docs of `crate::prometheus` list every one, which a test checks).
 /// A new counter is one line of the table, with its doc, plus the place
-/// that counts it; nothing else can forget it.
+/// that counts it; nothing else can forget it. The fields the table does
+/// not count (the queue's length, the emit times, ...) follow the first
+/// group of counters; a `then` group's counters come after them, so that
+/// the struct, its `Debug` and the exposition keep their order.
 macro_rules! counters {
     (
         $(#[$sattr:meta])*
