@@ -7,14 +7,17 @@
 //! - `time.rs`: breaker time (signed now, the clock floor);
 //! - `permit.rs`: permits and the owned per-core handle;
 //! - `admission.rs`: `allow` in each state, probe slots and their leases;
+//! - `open.rs`: the OPEN state: its deadline, a clock stepped back since
+//!   the trip, OPEN's answers, the move to HALF_OPEN;
 //! - `transition.rs`: probe verdicts, re-opens, overrides, and what follows
-//!   a transition (deadline, flap, event);
-//! - `window.rs`: window close;
-//! - `flight.rs`: in-flight tracking;
+//!   a transition (a flap, the deadline drawn, the event);
+//! - `window.rs`: window close, in named steps;
+//! - `flight.rs`: in-flight tracking's glue (the protocol is `crate::flight`);
 //! - `watch.rs`: tasks parked elsewhere, woken when the breaker opens.
 //!
 //! The trip rule is `crate::trip`, the latency sketch `crate::sketch`, the
-//! state word `crate::state`, the counters `crate::shard`.
+//! state word `crate::state`, the counters `crate::shard`, the in-flight
+//! protocol `crate::flight`.
 //!
 //! # Lock order
 //!
