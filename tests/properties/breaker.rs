@@ -13,9 +13,9 @@
 //!
 //! `PROPTEST_CASES` sets the number of sequences (default 2,000).
 
+use crate::config;
 use crate::model::breaker as model;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tailguard::clock::ManualClock;
@@ -147,25 +147,6 @@ fn settings() -> impl Strategy<Value = Settings> {
             flap_s: b.7,
             origin_ms: b.8,
         })
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000)
-}
-
-/// The property's configuration: [`cases`] cases, and its saved failure
-/// cases in `breaker.proptest-regressions` beside this file (proptest's
-/// default would look in `../proptest-regressions/`, this binary's root
-/// being `main.rs`).
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: cases(),
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    }
 }
 
 type Seen = Arc<Mutex<Vec<(State, Reason, u32)>>>;

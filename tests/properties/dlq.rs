@@ -6,9 +6,9 @@
 //!
 //! `PROPTEST_CASES` sets the number of sequences (default 2,000).
 
+use crate::config;
 use crate::model::dlq as model;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use tailguard::dlq::{DeadLetterQueue, Full, Priority, Pushed};
 
 #[derive(Debug, Clone)]
@@ -24,25 +24,6 @@ fn op() -> impl Strategy<Value = Op> {
         3 => Just(Op::Pop),
         1 => (0usize..4).prop_map(Op::Drain),
     ]
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000)
-}
-
-/// The property's configuration: [`cases`] cases, and its saved failure
-/// cases in `dlq.proptest-regressions` beside this file (proptest's
-/// default would look in `../proptest-regressions/`, this binary's root
-/// being `main.rs`).
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: cases(),
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    }
 }
 
 proptest! {
