@@ -2,9 +2,10 @@
 //! that turns the settings into a [`Config`] or a [`ConfigError`] naming the
 //! field. `build` also registers the new breaker with the ticker.
 
+use crate::baseline::{self, Relative};
 use crate::breaker::Breaker;
 use crate::clock::{duration_nanos_saturating, ClockSource};
-use crate::config::{CancelPolicy, Config, Jitter, Sizes};
+use crate::config::{CancelPolicy, Config, Jitter, RelativeLatency, Sizes};
 use crate::error::{ConfigError, ConfigErrorKind as K};
 use crate::events::Listener;
 use crate::report::Transition;
@@ -60,6 +61,8 @@ pub struct BreakerBuilder {
     register_with_ticker: Option<bool>,
     name: Option<Box<str>>,
     flapping: (u32, Duration),
+    relative: Option<RelativeLatency>,
+    recovery_ramp: Option<Duration>,
     /// Which settings the caller gave (the others are defaults): for the
     /// messages of conflicts between two settings.
     explicit: Explicit,
@@ -99,6 +102,8 @@ impl Default for BreakerBuilder {
             register_with_ticker: None,
             name: None,
             flapping: (5, Duration::from_secs(60)),
+            relative: None,
+            recovery_ramp: None,
             explicit: Explicit::default(),
         }
     }
@@ -130,6 +135,8 @@ impl fmt::Debug for BreakerBuilder {
             .field("register_with_ticker", &self.register_with_ticker)
             .field("name", &self.name)
             .field("flapping", &self.flapping)
+            .field("relative", &self.relative)
+            .field("recovery_ramp", &self.recovery_ramp)
             .finish()
     }
 }
@@ -649,6 +656,127 @@ impl BreakerBuilder {
         self
     }
 
+    /// Judges windows by latency relative to the consumer's own baseline
+    /// too (default: off). Opt-in; the settings and their defaults are
+    /// [`RelativeLatency`]'s.
+    ///
+    /// A window breaches when more than `1 − q` of its calls (`q` is
+    /// [`quantile`](Self::quantile)) were slower than
+    /// `clamp(k × baseline, floor, ceiling)`, where `baseline` is the
+    /// consumer's own latency at `q`, learned from its healthy windows; it
+    /// breaches too if the absolute rule
+    /// ([`latency_threshold`](Self::latency_threshold)) says so, when that
+    /// was set explicitly (otherwise the absolute threshold is the
+    /// ceiling). A window is judged by one threshold either way: the lower
+    /// of the two, shown in [`WindowStats::threshold`](crate::WindowStats::threshold),
+    /// and its slow calls are those slower than it. A probe is judged by
+    /// the same threshold, so a consumer that recovered to half its
+    /// outage's latency but not to its baseline does not close the breaker.
+    ///
+    /// **Exact, at window close.** The relative threshold is a bucket edge
+    /// of the latency sketch: the first edge at or above `k × baseline`,
+    /// at most one bucket (a factor `2^(1/8)`, 9.05%) above it, clamped to
+    /// the edges at or above `floor` and `ceiling`. The slow count for it
+    /// is read off the buckets the shards already count, so the hot path
+    /// is unchanged; a call exactly at the edge is not slow, one
+    /// nanosecond above it is.
+    ///
+    /// **Learning that an outage cannot poison.** The baseline is the
+    /// `q`-quantile of pools of healthy calls (at least `10 / (1 − q)`
+    /// calls: 1000 at P99, from one window or several): only windows the
+    /// rule judged (CLOSED, normal or metrics-only mode, not in a recovery
+    /// ramp, no transition), dense (`min_calls` or more) and not breaching.
+    /// A window that breaches or may not be judged (OPEN, HALF_OPEN, forced
+    /// modes, a ramp, a span straddling a transition) empties the pool; a
+    /// sparse one is skipped. It falls quickly (half the distance to each
+    /// lower observation) and rises by at most
+    /// [`max_rise_per_hour`](RelativeLatency::max_rise_per_hour) per hour
+    /// of healthy windows: so a consumer that degrades by more than that
+    /// is caught (at the defaults, `k = 2` and ×1.5 an hour, one that
+    /// slows by 3% a minute breaches after about 30 minutes; see
+    /// `docs/design.md`, "Relative latency"), and one that degrades by
+    /// ×1.5 an hour or less is followed, until it reaches the ceiling. Its
+    /// first [`warmup`](RelativeLatency::warmup) observations are averaged,
+    /// and until then the rule judges by the ceiling alone (a cold start;
+    /// [`initial_baseline`](RelativeLatency::initial_baseline) skips it).
+    ///
+    /// **Operable.** [`Snapshot::latency_baseline`](crate::Snapshot::latency_baseline)
+    /// and [`Breaker::latency_baseline`](crate::Breaker::latency_baseline)
+    /// read it, [`Breaker::reset_baseline`](crate::Breaker::reset_baseline)
+    /// starts it cold again, [`Breaker::seed_baseline`](crate::Breaker::seed_baseline)
+    /// sets it. [`Breaker::reset`](crate::Breaker::reset) and the overrides
+    /// keep it (a forced mode learns nothing).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, Breaker, RelativeLatency, State};
+    ///
+    /// let clock = ManualClock::new();
+    /// let b = Breaker::builder()
+    ///     .clock(clock.clone())
+    ///     .relative_latency(RelativeLatency::new().initial_baseline(Duration::from_millis(2)))
+    ///     .trip_windows(1)
+    ///     .build()?;
+    /// // Twice the baseline (4 ms), to the bucket: 10 ms calls are slow,
+    /// // although the 1 s ceiling is far away.
+    /// assert!(b.snapshot().window.threshold < Duration::from_millis(5));
+    /// for _ in 0..100 {
+    ///     b.allow()?.record_latency(Duration::from_millis(10), true);
+    /// }
+    /// clock.advance(Duration::from_secs(1));
+    /// b.tick();
+    /// assert_eq!(b.state(), State::Open);
+    ///
+    /// let err = Breaker::builder().relative_latency(RelativeLatency::new().multiplier(1.0)).build().unwrap_err();
+    /// assert_eq!(err.field(), "relative_latency");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn relative_latency(mut self, rule: RelativeLatency) -> Self {
+        self.relative = Some(rule);
+        self
+    }
+
+    /// Hands traffic back gradually after a recovery (default: off). When
+    /// the probes close the breaker, it admits a share of the calls that
+    /// rises linearly from none to all over `ramp`, and rejects the rest
+    /// with [`RejectReason::Ramping`](crate::RejectReason::Ramping)
+    /// (counted in [`Rejections::ramping`](crate::Rejections::ramping)),
+    /// with a retry hint of one window or the rest of the ramp if shorter.
+    /// The state is CLOSED throughout and the trip rules stay armed: a
+    /// trip during the ramp re-opens with the next backoff (the level is
+    /// kept until the ramp ends, then reset). Which calls are admitted is
+    /// decided lock-free by a counter, not by chance: of any `n`
+    /// consecutive calls, the share admitted is the ramp's to within a few
+    /// calls, the same on every run under a manual clock. A metrics-only
+    /// breaker admits them all and counts the ones it would have rejected
+    /// as shadow rejections. Accepted: 1 ns to 1 h.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{clock::ManualClock, Breaker, RejectReason};
+    ///
+    /// let clock = ManualClock::new();
+    /// let b = Breaker::builder()
+    ///     .clock(clock.clone())
+    ///     .success_to_close(1)
+    ///     .recovery_ramp(Duration::from_secs(10))
+    ///     .build()?;
+    /// b.trip_now();
+    /// clock.advance(Duration::from_secs(1));
+    /// b.allow()?.record_latency(Duration::from_millis(1), true); // the probe closes it
+    /// clock.advance(Duration::from_secs(5)); // half way
+    /// let admitted = (0..1000).filter(|_| b.allow().map(|p| p.record(true)).is_ok()).count();
+    /// assert!((495..=505).contains(&admitted), "{admitted}");
+    /// assert_eq!(b.allow().err().map(|r| r.reason()).unwrap_or(RejectReason::Ramping), RejectReason::Ramping);
+    /// clock.advance(Duration::from_secs(5));
+    /// assert!((0..1000).all(|_| b.allow().is_ok()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn recovery_ramp(mut self, ramp: Duration) -> Self {
+        self.recovery_ramp = Some(ramp);
+        self
+    }
+
     /// Validates every field and builds the breaker; unless it is off the
     /// ticker (see [`ticker`](Self::ticker)), registers it with the
     /// process's ticker thread, started if it is not running.
@@ -788,6 +916,21 @@ impl BreakerBuilder {
             Duration::from_nanos(1),
             MAX_SPAN,
         )?;
+        let relative = match self.relative {
+            Some(r) => Some((self.relative_rule(&r, quantile_or_default(self.quantile))?, r)),
+            None => None,
+        };
+        // With the relative rule and no explicit absolute threshold, the
+        // ceiling is the absolute threshold: the lower of the two judges a
+        // window, and the relative one never exceeds the ceiling.
+        let threshold_ns = match relative {
+            Some((_, r)) if !self.explicit.latency_threshold => duration_nanos_saturating(r.ceiling),
+            _ => threshold_ns,
+        };
+        let ramp_ns = match self.recovery_ramp {
+            Some(d) => span("recovery_ramp", d, Duration::from_nanos(1), MAX_SPAN)?,
+            None => 0,
+        };
         let quantile = self.quantile;
         let quantile_ppb = if quantile.is_nan() {
             0
@@ -1019,6 +1162,16 @@ impl BreakerBuilder {
             track_in_flight: self.track_in_flight,
             flap_cycles,
             flap_ns,
+            relative: relative.map(|(rule, given)| {
+                Box::new((
+                    Relative {
+                        rise_per_window: rise_per_window(given.max_rise_per_hour, window_ns),
+                        ..rule
+                    },
+                    given,
+                ))
+            }),
+            ramp_ns,
         };
         let sizes = Sizes {
             shards,
@@ -1033,6 +1186,137 @@ impl BreakerBuilder {
             None => Ticking::ByHand,
         };
         Ok((config, sizes, clock, self.listeners, ticking))
+    }
+}
+
+/// The quantile the relative rule learns at: the rule's own, or the
+/// default while `quantile` is invalid (its own error comes first).
+fn quantile_or_default(q: f64) -> u64 {
+    if q.is_nan() || !(0.0..=1.0).contains(&q) || ppb(q) == 0 {
+        ppb(0.99)
+    } else {
+        ppb(q)
+    }
+}
+
+/// The most a baseline rises per window of `window_ns`, fixed point, for a
+/// bound of `per_hour` (at least 1): rounded down, so that the bound holds.
+fn rise_per_window(per_hour: f64, window_ns: u64) -> u64 {
+    let buckets_per_hour = 8.0 * per_hour.log2();
+    let per_window = buckets_per_hour * window_ns as f64 / 3.6e12;
+    (per_window * (1u64 << baseline::FRAC) as f64).floor() as u64
+}
+
+impl BreakerBuilder {
+    /// Validates the relative rule's settings (`quantile_ppb`: the rule's
+    /// quantile); the rise per window is set once the window is known.
+    fn relative_rule(&self, r: &RelativeLatency, quantile_ppb: u64) -> Result<Relative, ConfigError> {
+        let field = "relative_latency";
+        let bad = |kind, what: String| Err(ConfigError::new(field, kind, what));
+        let k = r.multiplier;
+        if k.is_nan() {
+            return bad(
+                K::NotANumber,
+                "multiplier(NaN) must be a number above 1, at most 1000".into(),
+            );
+        }
+        if k <= 1.0 {
+            return bad(
+                K::OutOfRange,
+                format!("multiplier({k:?}) must be above 1 (a call at its own baseline is not slow); accepted: above 1, at most 1000"),
+            );
+        }
+        if k > 1000.0 {
+            return bad(
+                K::TooLarge,
+                format!("multiplier({k:?}) must be at most 1000 (accepted: above 1, at most 1000)"),
+            );
+        }
+        let rise = r.max_rise_per_hour;
+        if rise.is_nan() {
+            return bad(
+                K::NotANumber,
+                "max_rise_per_hour(NaN) must be a number from 1 to 1000".into(),
+            );
+        }
+        if rise < 1.0 {
+            return bad(
+                K::OutOfRange,
+                format!(
+                    "max_rise_per_hour({rise:?}) must be at least 1 (1: the baseline never rises); accepted: 1 to 1000"
+                ),
+            );
+        }
+        if rise > 1000.0 {
+            return bad(
+                K::TooLarge,
+                format!("max_rise_per_hour({rise:?}) must be at most 1000 (accepted: 1 to 1000)"),
+            );
+        }
+        let ceiling = r.ceiling;
+        if ceiling < Duration::from_micros(1) {
+            return bad(
+                if ceiling.is_zero() { K::Zero } else { K::OutOfRange },
+                format!("ceiling({ceiling:?}) must be at least 1µs (accepted: 1µs to {MAX_SPAN:?})"),
+            );
+        }
+        if ceiling > MAX_SPAN {
+            return bad(
+                K::TooLarge,
+                format!("ceiling({ceiling:?}) must be at most {MAX_SPAN:?} (accepted: 1µs to {MAX_SPAN:?})"),
+            );
+        }
+        if r.floor > ceiling {
+            return bad(
+                K::Inconsistent,
+                format!(
+                    "floor({:?}) is above ceiling({ceiling:?}); lower the floor or raise the ceiling",
+                    r.floor
+                ),
+            );
+        }
+        if r.warmup == 0 {
+            return bad(
+                K::Zero,
+                "warmup(0) must be at least 1 observation (accepted: 1 to 1000)".into(),
+            );
+        }
+        if r.warmup > 1000 {
+            return bad(
+                K::TooLarge,
+                format!(
+                    "warmup({}) must be at most 1000 observations (accepted: 1 to 1000)",
+                    r.warmup
+                ),
+            );
+        }
+        let initial = match r.initial_baseline {
+            Some(d) if d.is_zero() => {
+                return bad(
+                    K::Zero,
+                    format!("initial_baseline(0ns) must be above zero (accepted: 1ns to {MAX_SPAN:?})"),
+                )
+            }
+            Some(d) if d > MAX_SPAN => {
+                return bad(
+                    K::TooLarge,
+                    format!("initial_baseline({d:?}) must be at most {MAX_SPAN:?} (accepted: 1ns to {MAX_SPAN:?})"),
+                )
+            }
+            Some(d) => Some(baseline::units_of_ns(duration_nanos_saturating(d))),
+            None => None,
+        };
+        let edge_at_or_above = |d: Duration| crate::sketch::key_index(duration_nanos_saturating(d));
+        Ok(Relative {
+            multiplier: (8.0 * k.log2() * (1u64 << baseline::FRAC) as f64).round() as u64,
+            floor_index: edge_at_or_above(r.floor),
+            ceiling_index: edge_at_or_above(ceiling),
+            rise_per_window: 0,
+            samples: baseline::samples(PPB - quantile_ppb),
+            warmup: r.warmup,
+            initial,
+            quantile_ppb,
+        })
     }
 }
 

@@ -4,7 +4,9 @@
 //! makes a `Config`, the breaker reads it.
 
 use crate::backoff::{uniform_inclusive, Backoff};
+use crate::baseline::Relative;
 use crate::trip::Rule;
+use std::time::Duration;
 
 /// Randomisation of the OPEN duration, so that a fleet of routers does not
 /// probe a recovering consumer in lockstep.
@@ -48,6 +50,160 @@ pub enum CancelPolicy {
     Failure,
 }
 
+/// The relative latency rule's settings: a window breaches when more than
+/// `1 − q` of its calls were slower than `clamp(k × baseline, floor,
+/// ceiling)`, where `baseline` is the consumer's own latency at the
+/// quantile `q` ([`BreakerBuilder::quantile`](crate::BreakerBuilder::quantile))
+/// learned from its healthy windows. Given to
+/// [`BreakerBuilder::relative_latency`](crate::BreakerBuilder::relative_latency),
+/// which documents the rule whole; read back from
+/// [`Limits::relative`](crate::Limits::relative).
+///
+/// Each setter has the name of the field it sets; the fields are public to
+/// read, and the type is built from [`new`](Self::new) (or `default`) and
+/// the setters.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::{Breaker, RelativeLatency};
+///
+/// let rule = RelativeLatency::new()
+///     .multiplier(3.0)
+///     .floor(Duration::from_millis(2))
+///     .ceiling(Duration::from_millis(500));
+/// assert_eq!(rule.multiplier, 3.0);
+/// let b = Breaker::builder().relative_latency(rule).build()?;
+/// assert_eq!(b.snapshot().limits.relative, Some(rule));
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct RelativeLatency {
+    /// `k`: how many times its baseline a call may take before it is slow
+    /// (default 2; accepted: above 1, at most 1000).
+    pub multiplier: f64,
+    /// The threshold never goes below this (default 1 ms; accepted: zero,
+    /// for no floor, up to the ceiling): a consumer at 50 µs is not shed
+    /// at 100 µs.
+    pub floor: Duration,
+    /// The threshold never goes above this (default 1 s; accepted: 1 µs to
+    /// 1 h): whatever the baseline learned, a call slower than this is
+    /// slow, and it is the threshold of a cold start. Without an explicit
+    /// [`latency_threshold`](crate::BreakerBuilder::latency_threshold) it is
+    /// the absolute threshold too.
+    pub ceiling: Duration,
+    /// The most the baseline rises in an hour of healthy windows, as a
+    /// factor (default 1.5; accepted: 1, for never, to 1000). It falls
+    /// without such a bound.
+    pub max_rise_per_hour: f64,
+    /// Observations averaged into the first baseline, during which the rule
+    /// judges by the ceiling (default 5; accepted: 1 to 1000).
+    pub warmup: u32,
+    /// A baseline to start from, warm (for a restart: the last
+    /// [`Snapshot::latency_baseline`](crate::Snapshot::latency_baseline));
+    /// default none (a cold start).
+    pub initial_baseline: Option<Duration>,
+}
+
+impl RelativeLatency {
+    /// The defaults: `k = 2`, floor 1 ms, ceiling 1 s, at most ×1.5 an
+    /// hour, a warmup of 5 observations, no initial baseline.
+    ///
+    /// ```
+    /// let r = tailguard::RelativeLatency::new();
+    /// assert_eq!((r.multiplier, r.max_rise_per_hour, r.warmup), (2.0, 1.5, 5));
+    /// ```
+    pub const fn new() -> Self {
+        Self {
+            multiplier: 2.0,
+            floor: Duration::from_millis(1),
+            ceiling: Duration::from_secs(1),
+            max_rise_per_hour: 1.5,
+            warmup: 5,
+            initial_baseline: None,
+        }
+    }
+
+    /// Sets [`multiplier`](Self::multiplier), `k`.
+    ///
+    /// ```
+    /// assert_eq!(tailguard::RelativeLatency::new().multiplier(4.0).multiplier, 4.0);
+    /// ```
+    #[must_use]
+    pub const fn multiplier(mut self, k: f64) -> Self {
+        self.multiplier = k;
+        self
+    }
+
+    /// Sets [`floor`](Self::floor).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = tailguard::RelativeLatency::new().floor(Duration::ZERO);
+    /// assert_eq!(r.floor, Duration::ZERO);
+    /// ```
+    #[must_use]
+    pub const fn floor(mut self, floor: Duration) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    /// Sets [`ceiling`](Self::ceiling).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = tailguard::RelativeLatency::new().ceiling(Duration::from_millis(300));
+    /// assert_eq!(r.ceiling, Duration::from_millis(300));
+    /// ```
+    #[must_use]
+    pub const fn ceiling(mut self, ceiling: Duration) -> Self {
+        self.ceiling = ceiling;
+        self
+    }
+
+    /// Sets [`max_rise_per_hour`](Self::max_rise_per_hour).
+    ///
+    /// ```
+    /// assert_eq!(tailguard::RelativeLatency::new().max_rise_per_hour(1.2).max_rise_per_hour, 1.2);
+    /// ```
+    #[must_use]
+    pub const fn max_rise_per_hour(mut self, factor: f64) -> Self {
+        self.max_rise_per_hour = factor;
+        self
+    }
+
+    /// Sets [`warmup`](Self::warmup).
+    ///
+    /// ```
+    /// assert_eq!(tailguard::RelativeLatency::new().warmup(20).warmup, 20);
+    /// ```
+    #[must_use]
+    pub const fn warmup(mut self, observations: u32) -> Self {
+        self.warmup = observations;
+        self
+    }
+
+    /// Sets [`initial_baseline`](Self::initial_baseline).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = tailguard::RelativeLatency::new().initial_baseline(Duration::from_millis(3));
+    /// assert_eq!(r.initial_baseline, Some(Duration::from_millis(3)));
+    /// ```
+    #[must_use]
+    pub const fn initial_baseline(mut self, baseline: Duration) -> Self {
+        self.initial_baseline = Some(baseline);
+        self
+    }
+}
+
+impl Default for RelativeLatency {
+    /// [`RelativeLatency::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A validated configuration, in the units the breaker computes with.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -69,6 +225,13 @@ pub(crate) struct Config {
     pub(crate) track_in_flight: bool,
     pub(crate) flap_cycles: u32,
     pub(crate) flap_ns: u64,
+    /// The relative latency rule, in its units, and as given (for
+    /// `Limits`).
+    /// Boxed: most breakers have none, and pay a pointer for it.
+    #[allow(clippy::type_complexity)]
+    pub(crate) relative: Option<Box<(Relative, RelativeLatency)>>,
+    /// The recovery ramp's length (0: none).
+    pub(crate) ramp_ns: u64,
 }
 
 /// The sizes of what a breaker allocates at build, validated with the

@@ -10,6 +10,7 @@
 // configuration holds a `Backoff` and a trip `Rule`; every error is an
 // `error` type), never the machinery below.
 pub mod backoff;
+mod baseline;
 mod config;
 mod error;
 mod report;
@@ -52,13 +53,13 @@ struct ReadmeDoctests;
 pub use breaker::{Breaker, LocalHandle, LocalPermit, OwnedPermit, Permit};
 pub use builder::BreakerBuilder;
 pub use bulkhead::{Bulkhead, BulkheadFull, BulkheadPermit, OwnedBulkheadPermit};
-pub use config::{CancelPolicy, Jitter};
+pub use config::{CancelPolicy, Jitter, RelativeLatency};
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(not(tailguard_loom))]
 pub use registry::{ConsumerSnapshot, Registry};
 pub use report::{
-    LatencyQuantiles, Limits, Mode, NoLocalShard, Reason, RejectReason, Rejected, Rejections, Snapshot, State, Totals,
-    Transition, WindowStats,
+    LatencyQuantiles, Limits, Mode, NoLocalShard, Ramp, Reason, RejectReason, Rejected, Rejections, Snapshot, State,
+    Totals, Transition, WindowStats,
 };
 pub use sketch::QUANTILE_RELATIVE_ERROR;
 #[cfg(all(feature = "tokio", not(tailguard_loom)))]

@@ -73,8 +73,15 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Reason {
-    /// More than `1 − q` of the calls were slow for `trip_windows` windows.
+    /// More than `1 − q` of the calls were slow for `trip_windows` windows
+    /// (the last of them above the absolute threshold: the relative rule's
+    /// ceiling, without an explicit one).
     LatencyBreach,
+    /// As [`LatencyBreach`](Self::LatencyBreach), the last window judged
+    /// slow by the relative rule alone: more than `1 − q` of its calls
+    /// slower than `k ×` the consumer's own baseline, under the absolute
+    /// threshold (see [`BreakerBuilder::relative_latency`](crate::BreakerBuilder::relative_latency)).
+    RelativeLatency,
     /// Calls too sparse for `min_calls` per window (in some windows at
     /// least), but the slow ones among them left no doubt: the sequential
     /// test on the slow fraction across windows reached its bound (see
@@ -175,6 +182,9 @@ pub enum RejectReason {
     ProbesBusy,
     /// Forced open by the operator.
     ForcedOpen,
+    /// CLOSED in its recovery ramp, and this call is not in the share the
+    /// ramp admits yet (see [`BreakerBuilder::recovery_ramp`](crate::BreakerBuilder::recovery_ramp)).
+    Ramping,
 }
 
 /// The breaker rejected the call; route it to the fallback.
@@ -273,6 +283,13 @@ impl fmt::Display for Rejected {
             }
             (RejectReason::ProbesBusy, None) => write!(f, "circuit half-open; every probe slot is taken"),
             (RejectReason::ForcedOpen, _) => write!(f, "circuit forced open"),
+            (RejectReason::Ramping, Some(d)) => {
+                write!(
+                    f,
+                    "circuit recovering; this call is beyond the share admitted; retry in {d:?}"
+                )
+            }
+            (RejectReason::Ramping, None) => write!(f, "circuit recovering; this call is beyond the share admitted"),
         }
     }
 }
@@ -287,7 +304,8 @@ pub struct WindowStats {
     pub calls: u64,
     /// Calls recorded as failures.
     pub errors: u64,
-    /// Calls slower than the latency threshold (in-flight slow ones included).
+    /// Calls slower than [`threshold`](Self::threshold) (in-flight slow
+    /// ones included).
     pub slow: u64,
     /// Permits dropped without a verdict.
     pub cancelled: u64,
@@ -317,6 +335,12 @@ pub struct WindowStats {
     /// The window's latency quantiles (of calls that returned), `None` for
     /// a window without calls. See [`LatencyQuantiles`] for the accuracy.
     pub latency: Option<LatencyQuantiles>,
+    /// The threshold the window was judged by: the latency threshold, or
+    /// with the relative rule the lower of it and the relative threshold
+    /// (a bucket edge, see
+    /// [`BreakerBuilder::relative_latency`](crate::BreakerBuilder::relative_latency)).
+    /// Before the first close, the one the first window will be judged by.
+    pub threshold: Duration,
 }
 
 /// Latency quantiles of one window, read at window close off the merged
@@ -419,6 +443,49 @@ pub struct Snapshot {
     pub flapping: bool,
     /// The settings windows are judged by, to read the counts against.
     pub limits: Limits,
+    /// The threshold the window in progress is judged by, and probes now:
+    /// [`Limits::latency_threshold`], or with the relative rule the lower of
+    /// it and the relative threshold (see [`WindowStats::threshold`] for the
+    /// last window's).
+    pub latency_threshold: Duration,
+    /// The relative rule's baseline: the consumer's latency at the rule's
+    /// quantile, learned from its healthy windows (to the sketch's bucket,
+    /// 9.05%). `None` without the relative rule or before its first
+    /// observation; a baseline still in its warmup is shown, but the rule
+    /// judges by the ceiling until it is warm.
+    pub latency_baseline: Option<Duration>,
+    /// CLOSED in its recovery ramp: how far it is.
+    pub ramp: Option<Ramp>,
+}
+
+/// How far a recovery ramp is (see
+/// [`BreakerBuilder::recovery_ramp`](crate::BreakerBuilder::recovery_ramp)).
+///
+/// ```
+/// use std::time::Duration;
+/// use tailguard::clock::ManualClock;
+///
+/// let clock = ManualClock::new();
+/// let b = tailguard::Breaker::builder()
+///     .clock(clock.clone())
+///     .success_to_close(1)
+///     .recovery_ramp(Duration::from_secs(10))
+///     .build()?;
+/// b.trip_now();
+/// clock.advance(Duration::from_secs(1));
+/// b.allow()?.record(true);
+/// clock.advance(Duration::from_secs(4));
+/// let ramp = b.snapshot().ramp.unwrap();
+/// assert_eq!((ramp.admitted, ramp.remaining), (0.4, Duration::from_secs(6)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Ramp {
+    /// The share of calls admitted now, from 0 at the close to 1 at the end.
+    pub admitted: f64,
+    /// Until the ramp ends.
+    pub remaining: Duration,
 }
 
 /// The settings a breaker judges its windows by, as built (spans rounded to
@@ -457,6 +524,10 @@ pub struct Limits {
     pub error_window: Duration,
     /// Failures within a span that trip ([`BreakerBuilder::failure_count`](crate::BreakerBuilder::failure_count)).
     pub failure_count: Option<(u64, Duration)>,
+    /// The relative latency rule, as given ([`BreakerBuilder::relative_latency`](crate::BreakerBuilder::relative_latency)).
+    pub relative: Option<crate::RelativeLatency>,
+    /// The recovery ramp's length ([`BreakerBuilder::recovery_ramp`](crate::BreakerBuilder::recovery_ramp)).
+    pub recovery_ramp: Option<Duration>,
 }
 
 /// Calls [`Breaker::allow`](crate::Breaker::allow) rejected so far, by
@@ -479,6 +550,8 @@ pub struct Rejections {
     pub probes_busy: u64,
     /// Forced open.
     pub forced: u64,
+    /// CLOSED in its recovery ramp, beyond the share admitted.
+    pub ramping: u64,
 }
 
 /// Cumulative counts over every closed window (Prometheus counters).

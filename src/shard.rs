@@ -50,7 +50,9 @@ const _: () = assert!(WORDS < 64, "the touched mask has one bit per word, and on
 const LANE_MASK: u64 = 0xffff;
 const SPILL_AT: u64 = 1 << 15;
 /// Carry counters per shard.
-pub(crate) const CARRIES: usize = 17;
+/// Sixteen: with the four rejection counters, the shard fills 640 bytes
+/// (five 128-byte pairs of lines) exactly.
+pub(crate) const CARRIES: usize = 16;
 const TAG_SHIFT: u32 = 56;
 const COUNT_MASK: u64 = (1 << TAG_SHIFT) - 1;
 
@@ -79,10 +81,10 @@ pub(crate) struct Shard {
     cancelled: AtomicU64,
     /// Verdicts of permits from an earlier generation.
     stale: AtomicU64,
-    /// Rejections by reason (open, probes busy, forced): monotonic, read
+    /// Rejections by reason (open, probes busy, forced, ramping): monotonic, read
     /// by summing the shards (never drained), so that a rejection counts on
     /// its thread's shard, not on a line every thread writes.
-    rejected: [AtomicU64; 3],
+    rejected: [AtomicU64; 4],
     spill_calls: AtomicU64,
     spill_slow: AtomicU64,
     in_flight: Option<Box<InFlight>>,
@@ -210,7 +212,7 @@ pub(crate) struct LocalShard {
     cancelled: AtomicU64,
     stale: AtomicU64,
     /// Rejections by reason (as [`Shard::rejected`]'s), never drained.
-    rejected: [AtomicU64; 3],
+    rejected: [AtomicU64; 4],
     /// Readings at the last drain (buckets, then errors, cancelled and
     /// stale); only window close touches these.
     seen: Box<[AtomicU64]>,
@@ -223,6 +225,7 @@ fn reject_index(reason: crate::report::RejectReason) -> usize {
         crate::report::RejectReason::Open => 0,
         crate::report::RejectReason::ProbesBusy => 1,
         crate::report::RejectReason::ForcedOpen => 2,
+        crate::report::RejectReason::Ramping => 3,
     }
 }
 
@@ -440,6 +443,7 @@ impl Shards {
             open: sum(0),
             probes_busy: sum(1),
             forced: sum(2),
+            ramping: sum(3),
         }
     }
 

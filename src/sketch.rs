@@ -115,6 +115,35 @@ pub(crate) fn sketch_key(bucket: usize, threshold_index: usize) -> i32 {
     KEY_OFFSET + b as i32
 }
 
+/// The upper edge of bucket `bucket`: the largest latency, in nanoseconds,
+/// that the hot path places in it or below ([`key_index`]), so that "slower
+/// than `edge_ns(b)`" is "in a bucket above `b`" exactly. About
+/// `2^((KEY_OFFSET + b) / 8)` ns (the table places values within 1/256 of
+/// a boundary on either side); `u64::MAX` for [`TOP`], which takes
+/// everything slower.
+pub(crate) fn edge_ns(bucket: usize) -> u64 {
+    static EDGES: std::sync::OnceLock<[u64; TOP + 1]> = std::sync::OnceLock::new();
+    let edges = EDGES.get_or_init(|| {
+        core::array::from_fn(|b| {
+            if b >= TOP {
+                return u64::MAX;
+            }
+            // `key_index` is monotonic: the last `ns` with index <= b.
+            let (mut lo, mut hi) = (0u64, u64::MAX);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if key_index(mid) <= b {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            lo
+        })
+    });
+    edges[bucket.min(TOP)]
+}
+
 /// One window's latencies, merged from the shards at window close: the
 /// count in each bucket (bucket `i` holds latencies with DDSketch key
 /// `ceil(8 · log2 ns) = KEY_OFFSET + i`), and a bit per bucket in use, so
@@ -135,6 +164,48 @@ impl Histogram {
     pub(crate) fn add(&mut self, bucket: usize, n: u64) {
         self.counts[bucket] += n;
         self.present[bucket / 64] |= 1 << (bucket % 64);
+    }
+
+    /// Adds every count of `other`.
+    pub(crate) fn merge(&mut self, other: &Histogram) {
+        for (bucket, n) in other.iter() {
+            self.add(bucket, n);
+        }
+    }
+
+    /// Empties it.
+    pub(crate) fn clear(&mut self) {
+        for (i, word) in self.present.iter_mut().enumerate() {
+            let mut bits = core::mem::take(word);
+            while bits != 0 {
+                self.counts[i * 64 + bits.trailing_zeros() as usize] = 0;
+                bits &= bits - 1;
+            }
+        }
+    }
+
+    /// Samples held.
+    pub(crate) fn total(&self) -> u64 {
+        self.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Samples in buckets above `bucket`: the calls whose key is above its
+    /// key, slower than [`edge_ns`]`(bucket)` exactly.
+    pub(crate) fn count_above(&self, bucket: usize) -> u64 {
+        self.iter().filter(|&(b, _)| b > bucket).map(|(_, n)| n).sum()
+    }
+
+    /// The bucket holding the quantile `quantile_ppb` (parts per billion) by
+    /// DDSketch's rank rule, the sample of rank `floor(q · (n − 1))`, in
+    /// integers; `None` when empty.
+    pub(crate) fn quantile_bucket(&self, quantile_ppb: u64) -> Option<usize> {
+        let total = self.total();
+        let rank = (u128::from(total.checked_sub(1)?) * u128::from(quantile_ppb) / 1_000_000_000) as u64;
+        let mut seen = 0;
+        self.iter().find_map(|(bucket, n)| {
+            seen += n;
+            (seen > rank).then_some(bucket)
+        })
     }
 
     /// The buckets in use and their counts, in increasing order.
@@ -196,6 +267,50 @@ impl Histogram {
 mod tests {
     use super::*;
 
+    /// A bucket's edge is exactly where the hot path's placement changes:
+    /// the edge itself is in the bucket, one nanosecond more is above it;
+    /// edges are about a factor 2^(1/8) apart.
+    #[test]
+    fn bucket_edges_are_where_the_placement_changes() {
+        let gamma = 2f64.powf(1.0 / 8.0);
+        for b in 0..TOP {
+            let e = edge_ns(b);
+            assert!(key_index(e) <= b, "{b}");
+            assert_eq!(key_index(e + 1), b + 1, "{b}: one more is in the next bucket");
+            if b > 0 {
+                let ratio = e as f64 / edge_ns(b - 1) as f64;
+                assert!((ratio / gamma - 1.0).abs() < 0.01, "{b}: {ratio}");
+            }
+        }
+        assert_eq!(edge_ns(TOP), u64::MAX);
+        assert_eq!(edge_ns(TOP + 5), u64::MAX);
+    }
+
+    #[test]
+    fn histogram_counts_above_a_bucket_and_finds_a_quantile() {
+        let mut h = Histogram::new();
+        assert_eq!(h.quantile_bucket(990_000_000), None);
+        // 990 calls in bucket 10, 10 in bucket 30.
+        h.add(10, 990);
+        h.add(30, 10);
+        assert_eq!(h.total(), 1000);
+        assert_eq!(h.count_above(10), 10);
+        assert_eq!(h.count_above(29), 10);
+        assert_eq!(h.count_above(30), 0);
+        assert_eq!(h.count_above(9), 1000);
+        // Rank floor(0.99 × 999) = 989: the last of bucket 10.
+        assert_eq!(h.quantile_bucket(990_000_000), Some(10));
+        // Rank floor(0.991 × 999) = 990: the first of bucket 30.
+        assert_eq!(h.quantile_bucket(991_000_000), Some(30));
+        assert_eq!(h.quantile_bucket(1_000_000_000), Some(30));
+        let mut g = Histogram::new();
+        g.merge(&h);
+        g.merge(&h);
+        assert_eq!((g.total(), g.count_above(10)), (2000, 20));
+        g.clear();
+        assert_eq!((g.total(), g.quantile_bucket(500_000_000)), (0, None));
+    }
+
     /// The exact key, with a logarithm: what the table approximates.
     fn exact(ns: u64) -> i64 {
         (8.0 * (ns as f64).log2()).ceil() as i64 - i64::from(KEY_OFFSET)
@@ -219,6 +334,15 @@ mod tests {
             ns += ns / 997 + 1;
         }
         assert!(mismatches > 0 && mismatches < 2_000, "{mismatches}");
+        // Monotonic, which `edge_ns` relies on.
+        let mut last = 0;
+        let mut ns = 1u64;
+        while ns < 1 << 37 {
+            let k = key_index(ns);
+            assert!(k >= last, "{ns}");
+            last = k;
+            ns += ns / 251 + 1;
+        }
         assert_eq!(key_index(0), 0);
         assert_eq!(key_index(u64::MAX), TOP);
     }

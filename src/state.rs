@@ -5,7 +5,7 @@
 //!
 //! | bits   | field                | values                                                        |
 //! |--------|----------------------|---------------------------------------------------------------|
-//! | 0–1    | state                | 0 CLOSED, 1 OPEN, 2 HALF_OPEN (3 never occurs)                |
+//! | 0–1    | state                | 0 CLOSED, 1 OPEN, 2 HALF_OPEN, 3 CLOSED in its recovery ramp  |
 //! | 2–4    | override mode        | 0 none, 1 forced open, 2 forced closed, 3 disabled, 4 metrics-only (5–7 never occur) |
 //! | 5–9    | backoff level        | 0–31; the OPEN duration is `base × 2^level`, capped           |
 //! | 10–17  | consecutive breaches | 0–255; only non-zero in CLOSED                                |
@@ -14,7 +14,11 @@
 //! | 34–63  | generation           | 30 bits, wrapping; +1 on every transition, never otherwise    |
 //!
 //! The hot path of `allow` in CLOSED tests `word & (STATE | MODE) == 0`: one
-//! load and one test. Every transition (a change of state or mode) goes
+//! load and one test. A CLOSED breaker in its recovery ramp (state bits 3,
+//! read as CLOSED by everything but admission) fails that test and is
+//! admitted on the slow path (`breaker/ramp.rs`); the end of the ramp
+//! (bits 3 → 0) is not a transition: the ramp's windows are the CLOSED
+//! state's and are judged as such. Every transition (a change of state or mode) goes
 //! through [`Word::transition`], which bumps the generation by exactly
 //! one; updates that are not transitions (a probe taken or returned, a
 //! breach counted) keep it.
@@ -59,6 +63,8 @@ pub(crate) const FAST_PATH_MASK: u64 = STATE_MASK | MODE_MASK;
 /// `word & FAST_PATH_MASK` of an OPEN breaker with no override: the
 /// rejection fast path.
 pub(crate) const OPEN_NORMAL: u64 = 1 << STATE_SHIFT;
+/// The state bits of a CLOSED breaker in its recovery ramp.
+const RAMP_BITS: u64 = 3 << STATE_SHIFT;
 /// Highest backoff level kept; `base × 2^31` exceeds any accepted maximum.
 pub(crate) const MAX_LEVEL: u8 = 31;
 
@@ -134,6 +140,32 @@ impl Word {
         ((self.0 & GEN_MASK) >> GEN_SHIFT) as u32
     }
 
+    /// CLOSED, in its recovery ramp (read as [`State::Closed`] by
+    /// [`state`](Self::state)).
+    #[inline]
+    pub(crate) fn ramping(self) -> bool {
+        self.0 & STATE_MASK == RAMP_BITS
+    }
+
+    /// This CLOSED word in its recovery ramp (a word in another state is
+    /// returned as it is).
+    pub(crate) fn with_ramp(self) -> Word {
+        if self.state() == State::Closed {
+            Word(self.0 | RAMP_BITS)
+        } else {
+            self
+        }
+    }
+
+    /// This word with its recovery ramp over: plain CLOSED, same generation.
+    pub(crate) fn without_ramp(self) -> Word {
+        if self.ramping() {
+            Word(self.0 & !STATE_MASK)
+        } else {
+            self
+        }
+    }
+
     fn with(self, mask: u64, shift: u32, value: u64) -> Word {
         Word((self.0 & !mask) | ((value << shift) & mask))
     }
@@ -164,6 +196,7 @@ impl fmt::Debug for Word {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Word")
             .field("state", &self.state())
+            .field("ramping", &self.ramping())
             .field("mode", &self.mode())
             .field("level", &self.level())
             .field("breaches", &self.breaches())
@@ -350,5 +383,32 @@ mod tests {
         ] {
             assert_ne!(Word::INITIAL.transition(s, m).0 & FAST_PATH_MASK, 0);
         }
+        // The ramp: CLOSED to every reader but admission, which it sends to
+        // the slow path, and never the OPEN fast path's value.
+        let ramp = Word::INITIAL
+            .transition(State::Closed, Mode::Normal)
+            .with_level(4)
+            .with_ramp();
+        assert!(ramp.ramping());
+        assert_eq!(
+            (ramp.state(), ramp.mode(), ramp.level()),
+            (State::Closed, Mode::Normal, 4)
+        );
+        assert_ne!(ramp.0 & FAST_PATH_MASK, 0);
+        assert_ne!(ramp.0 & FAST_PATH_MASK, OPEN_NORMAL);
+        let over = ramp.without_ramp();
+        assert!(!over.ramping());
+        assert_eq!(over.0 & FAST_PATH_MASK, 0);
+        assert_eq!(
+            over.generation(),
+            ramp.generation(),
+            "the end of a ramp is no transition"
+        );
+        // A transition ends it; only a CLOSED word takes one.
+        assert!(!ramp.transition(State::Open, Mode::Normal).ramping());
+        assert!(!Word::INITIAL
+            .transition(State::Open, Mode::Normal)
+            .with_ramp()
+            .ramping());
     }
 }

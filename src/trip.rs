@@ -141,8 +141,13 @@ pub(crate) struct Rule {
 pub(crate) struct Input {
     /// The closed span's calls (in-flight slow ones included) ...
     pub(crate) calls: u64,
-    /// ... and how many of them were slow.
+    /// ... and how many of them were slow: slower than the window's
+    /// threshold (with the relative rule, the lower of the two).
     pub(crate) slow: u64,
+    /// With the relative rule, how many were slower than the absolute
+    /// threshold (at most `slow`): the reason a latency trip gives.
+    /// `None`: no relative rule, `slow` is that count.
+    pub(crate) absolute_slow: Option<u64>,
     /// How many windows the span covers (1 when windows close on time).
     pub(crate) windows: u64,
     /// Calls and errors over the error span (this window and the ones
@@ -213,7 +218,14 @@ pub(crate) fn judge(rule: &Rule, w: &Input) -> Verdict {
         w.span_calls > 0 && w.span_calls >= rule.min_calls && exceeds(span_errors, w.span_calls, rule.error_ppb);
     let count_trip = rule.failures.is_some_and(|n| w.span_failures >= u64::from(n.get()));
     let trip = if breaches >= rule.trip_windows {
-        Some(Reason::LatencyBreach)
+        // Which rule the last window breached by: the absolute one, unless
+        // only the relative one's count is over the limit.
+        let absolute = w.absolute_slow.map_or(w.slow, |a| a.min(w.slow));
+        Some(if exceeds(absolute, w.calls, rule.slow_ppb) {
+            Reason::LatencyBreach
+        } else {
+            Reason::RelativeLatency
+        })
     } else if u64::from(evidence) >= sparse.bound && evidence_windows >= rule.trip_windows {
         Some(Reason::SparseLatency)
     } else if error_trip {
@@ -250,6 +262,7 @@ mod tests {
         Input {
             calls,
             slow,
+            absolute_slow: None,
             windows: 1,
             span_calls: calls,
             span_errors: errors,
@@ -344,6 +357,7 @@ mod tests {
             span_calls: 40,
             span_errors: 21,
             span_failures: 4,
+            absolute_slow: None,
             breaches: 0,
             evidence: 0,
             evidence_windows: 0,
@@ -371,6 +385,7 @@ mod tests {
             span_calls: 20,
             span_errors: 25,
             span_failures: 0,
+            absolute_slow: None,
             breaches: 0,
             evidence: 0,
             evidence_windows: 0,
@@ -544,6 +559,43 @@ mod tests {
             }
             let by = tripped.unwrap_or_else(|| panic!("{pattern:?} never tripped"));
             assert!((3..=4).contains(&by), "{pattern:?}: window {by}");
+        }
+    }
+
+    /// With the relative rule the window's slow count is the calls slower
+    /// than the lower threshold; the trip names the rule the last window
+    /// breached by: the absolute one if its own count is over the limit,
+    /// else the relative one. Either breaching window counts in one streak.
+    #[test]
+    fn the_relative_rule_breaches_in_the_same_streak_and_names_itself() {
+        let rule = default_rule();
+        let one_window = Rule {
+            trip_windows: 1,
+            ..rule
+        };
+        let w = |slow, absolute, breaches| Input {
+            calls: 100,
+            slow,
+            absolute_slow: Some(absolute),
+            windows: 1,
+            span_calls: 100,
+            breaches,
+            ..Input::default()
+        };
+        #[rustfmt::skip]
+        let cases: [(&str, Rule, Input, u8, Option<Reason>); 8] = [
+            ("relative over, absolute under: the relative rule trips", one_window, w(2, 0, 0), 1, Some(Reason::RelativeLatency)),
+            ("both over: the absolute rule names it", one_window, w(5, 2, 0), 1, Some(Reason::LatencyBreach)),
+            ("exactly the limit by the relative rule is no breach", one_window, w(1, 0, 0), 0, None),
+            ("one over the limit by the relative rule breaches", rule, w(2, 1, 0), 1, None),
+            ("a relative window ends an absolute streak's third", rule, w(3, 0, 2), 3, Some(Reason::RelativeLatency)),
+            ("an absolute window ends a relative streak's third", rule, w(3, 3, 2), 3, Some(Reason::LatencyBreach)),
+            ("a count above `slow` is taken at `slow`", one_window, w(2, 9, 0), 1, Some(Reason::LatencyBreach)),
+            ("without the relative rule's count, `slow` is the absolute one", one_window, Input { absolute_slow: None, ..w(2, 0, 0) }, 1, Some(Reason::LatencyBreach)),
+        ];
+        for (name, rule, input, breaches, trip) in cases {
+            let v = judge(&rule, &input);
+            assert_eq!((v.breaches, v.trip), (breaches, trip), "{name}");
         }
     }
 

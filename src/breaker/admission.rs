@@ -88,6 +88,7 @@ impl Inner {
                 Mode::Normal | Mode::MetricsOnly => {}
             }
             let verdict = match word.state() {
+                State::Closed if word.ramping() => self.admit_ramp(word, raw),
                 State::Closed => return Ok(self.normal_permit(word, raw)),
                 State::Open => self.admit_open(word, raw),
                 State::HalfOpen => self.admit_half_open(word, raw),
@@ -242,6 +243,7 @@ impl Inner {
 
 /// What admission in OPEN or HALF_OPEN decided.
 pub(super) enum Admit<'a> {
+    /// A probe's permit (or, from a recovery ramp, an ordinary one).
     Probe(Core<'a>),
     Retry(Word),
     Reject(Rejected),

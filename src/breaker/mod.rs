@@ -11,7 +11,10 @@
 //!   the trip, OPEN's answers, the move to HALF_OPEN;
 //! - `transition.rs`: probe verdicts, re-opens, overrides, and what follows
 //!   a transition (a flap, the deadline drawn, the event);
-//! - `window.rs`: window close, in named steps;
+//! - `ramp.rs`: the recovery ramp: its start published after the close,
+//!   the share admitted, its end;
+//! - `window.rs`: window close, in named steps (and the relative rule's
+//!   threshold and learning, `crate::baseline`);
 //! - `flight.rs`: in-flight tracking's glue (the protocol is `crate::flight`);
 //! - `watch.rs`: tasks parked elsewhere, woken when the breaker opens.
 //!
@@ -37,6 +40,7 @@ mod admission;
 mod flight;
 mod open;
 mod permit;
+mod ramp;
 #[cfg(all(test, not(tailguard_loom)))]
 mod tests;
 mod time;
@@ -53,6 +57,7 @@ use watch::OpenWatch;
 pub(crate) use watch::WatchKey;
 use window::TickState;
 
+use crate::baseline::Learner;
 use crate::clock::ClockSource;
 use crate::config::{Config, Sizes};
 use crate::events::{Events, Listener};
@@ -73,7 +78,8 @@ use std::time::Duration;
 /// | `shards`, `leases`, `local_free`, `shadow_rejections` | the hot path (`allow`, verdicts); window close drains the shards |
 /// | `shift` | whoever notices the clock behind what the breaker acted on (window close, an OPEN admission) |
 /// | `deadline`, `opened_at`, `deadline_gen`, `trip_count`, `rng`, `open_lock`, `flapping` | whoever makes a transition into OPEN or a re-open (hot path or window close); the deadline and the re-open times under `open_lock` |
-/// | `tick`, `floor` | window close, under `tick` |
+/// | `ramp` | the close that starts a recovery ramp, under `open_lock`; its admissions count in it |
+/// | `tick`, `floor`, `threshold_ns` | window close, under `tick` |
 /// | `events` | every transition queues; cold paths deliver |
 /// | `open_watch` | waiters register (cold); a transition into OPEN wakes them |
 pub(crate) struct Inner {
@@ -113,6 +119,11 @@ pub(crate) struct Inner {
     open_lock: Mutex<Flaps>,
     flapping: AtomicBool,
 
+    // ---- written by the close that starts a recovery ramp (`ramp.rs`) ----
+    /// With a recovery ramp: its start, published after the CAS, and its
+    /// admissions (boxed: most breakers have none).
+    ramp: Option<Box<ramp::RampCell>>,
+
     // ---- written by window close, under `tick` ----
     tick: Mutex<TickState>,
     /// The breaker time of the last window close: every decision outside a
@@ -120,6 +131,10 @@ pub(crate) struct Inner {
     /// reads time at least this late, so a clock that stepped back since
     /// cannot date anything before what a close already acted on.
     floor: AtomicU64,
+    /// The threshold the window in progress is judged by, and probes now:
+    /// `config.threshold_ns`, or with the relative rule the lower of it
+    /// and the relative threshold the last close set.
+    threshold_ns: AtomicU64,
 
     // ---- queued by every transition, delivered on cold paths ----
     events: Events,
@@ -214,6 +229,9 @@ impl Breaker {
                 since: AtomicU64::new(0),
             })
             .collect();
+        let ramp = (config.ramp_ns > 0).then(|| Box::new(ramp::RampCell::new(config.ramp_ns)));
+        let learner = config.relative.as_deref().map(|(r, _)| Box::new(Learner::new(r)));
+        let threshold_ns = window::effective_threshold(&config, learner.as_deref());
         let seed = splitmix(origin ^ SEEDS.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed));
         let inner = Arc::new(Inner {
             state: StateCell::new(),
@@ -236,8 +254,12 @@ impl Breaker {
                 high: 0,
                 evidence: 0,
                 evidence_windows: 0,
-                last: WindowStats::default(),
+                last: WindowStats {
+                    threshold: Duration::from_nanos(threshold_ns),
+                    ..WindowStats::default()
+                },
                 totals: Totals::default(),
+                learner,
             }),
             epoch_ns: crate::flight::epoch_ns(config.window_ns, config.threshold_ns),
             config,
@@ -248,6 +270,8 @@ impl Breaker {
             deadline_gen: AtomicU64::new(u64::MAX),
             leases,
             floor: AtomicU64::new(0),
+            threshold_ns: AtomicU64::new(threshold_ns),
+            ramp,
             trip_count: AtomicU64::new(0),
             shadow_rejections: AtomicU64::new(0),
             rng: AtomicU64::new(seed),
@@ -495,6 +519,99 @@ impl Breaker {
         self.inner.reset();
     }
 
+    /// The relative rule's baseline (see
+    /// [`Snapshot::latency_baseline`](crate::Snapshot::latency_baseline)):
+    /// `None` without the relative rule, or before its first observation.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, RelativeLatency};
+    ///
+    /// let seeded = RelativeLatency::new().initial_baseline(Duration::from_millis(3));
+    /// let b = Breaker::builder().relative_latency(seeded).build()?;
+    /// let baseline = b.latency_baseline().unwrap();
+    /// assert!((baseline.as_secs_f64() / 0.003 - 1.0).abs() < 1e-6);
+    /// assert_eq!(Breaker::builder().build()?.latency_baseline(), None);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn latency_baseline(&self) -> Option<Duration> {
+        self.inner
+            .baseline_units()
+            .map(|u| Duration::from_nanos(crate::baseline::ns_of_units(u)))
+    }
+
+    /// Forgets the relative rule's baseline: a cold start, judged by the
+    /// ceiling until the warmup's observations are made again. For an
+    /// operator who knows the consumer changed for good (a new version, a
+    /// new machine). Mid-outage it learns nothing (an OPEN breaker's
+    /// windows are not judged), but the warmup after it learns whatever
+    /// the consumer is then: [`seed_baseline`](Self::seed_baseline) with a
+    /// known healthy value is the safer way back. Nothing without the
+    /// relative rule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, RelativeLatency};
+    ///
+    /// let seeded = RelativeLatency::new().initial_baseline(Duration::from_millis(3));
+    /// let b = Breaker::builder().relative_latency(seeded).build()?;
+    /// b.reset_baseline();
+    /// assert_eq!(b.latency_baseline(), None);
+    /// assert_eq!(b.snapshot().latency_threshold, Duration::from_secs(1)); // the ceiling
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn reset_baseline(&self) {
+        self.inner.set_baseline(None);
+    }
+
+    /// Sets the relative rule's baseline, warm (it judges from the next
+    /// window on): for a restart, from the last
+    /// [`latency_baseline`](Self::latency_baseline), or an operator's
+    /// known healthy value. Taken to the sketch's resolution.
+    ///
+    /// # Errors
+    /// A [`ConfigError`](crate::ConfigError) for `seed_baseline` if the
+    /// breaker has no relative rule, or the baseline is zero or above an
+    /// hour.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, RelativeLatency};
+    ///
+    /// let b = Breaker::builder().relative_latency(RelativeLatency::new()).build()?;
+    /// b.seed_baseline(Duration::from_millis(20))?;
+    /// let t = b.snapshot().latency_threshold; // 2 × 20 ms, to the bucket above
+    /// assert!(t >= Duration::from_millis(40) && t < Duration::from_millis(44));
+    /// let err = Breaker::builder().build()?.seed_baseline(Duration::from_millis(20)).unwrap_err();
+    /// assert_eq!(err.field(), "seed_baseline");
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn seed_baseline(&self, baseline: Duration) -> Result<(), crate::ConfigError> {
+        use crate::ConfigErrorKind as K;
+        let fail = |kind, why: String| Err(crate::ConfigError::new("seed_baseline", kind, why));
+        if self.inner.config.relative.is_none() {
+            return fail(
+                K::Inconsistent,
+                format!("seed_baseline({baseline:?}) needs the relative rule (BreakerBuilder::relative_latency)"),
+            );
+        }
+        if baseline.is_zero() {
+            return fail(
+                K::Zero,
+                "seed_baseline(0ns) must be above zero (accepted: 1ns to 3600s)".into(),
+            );
+        }
+        if baseline > Duration::from_secs(3600) {
+            return fail(
+                K::TooLarge,
+                format!("seed_baseline({baseline:?}) must be at most 3600s (accepted: 1ns to 3600s)"),
+            );
+        }
+        let ns = crate::clock::duration_nanos_saturating(baseline);
+        self.inner.set_baseline(Some(crate::baseline::units_of_ns(ns)));
+        Ok(())
+    }
+
     /// Trips the breaker now, as a breach would (trip count, backoff and
     /// probing as usual); does nothing unless CLOSED. For tests and for an
     /// operator who knows the consumer is down.
@@ -563,7 +680,7 @@ impl Breaker {
     /// rolling-window ring, its flapping ring, its event queue (with a
     /// listener or the `tracing` feature) and its name. A listener's own
     /// captures are not counted. The figures measured at the defaults are
-    /// in [`guide::figures`](crate::guide::figures) (2,072 bytes with two
+    /// in [`guide::figures`](crate::guide::figures) (2,128 bytes with two
     /// shards).
     ///
     /// ```
@@ -693,9 +810,9 @@ impl Inner {
     }
 
     fn snapshot(&self) -> Snapshot {
-        let (last, totals) = {
+        let (last, totals, latency_baseline) = {
             let ts = self.tick.lock();
-            (ts.last, ts.totals)
+            (ts.last, ts.totals, ts.learner.as_deref().and_then(Learner::baseline))
         };
         let word = self.state.load();
         let now = self.now();
@@ -733,6 +850,9 @@ impl Inner {
             totals,
             flapping: self.flapping.load(Ordering::Acquire),
             limits: self.limits(),
+            latency_threshold: Duration::from_nanos(self.threshold_ns.load(Ordering::Relaxed)),
+            latency_baseline: latency_baseline.map(|u| Duration::from_nanos(crate::baseline::ns_of_units(u))),
+            ramp: self.ramp_status(word, now),
         }
     }
 
@@ -751,6 +871,8 @@ impl Inner {
                 .rule
                 .failures
                 .map(|n| (u64::from(n.get()), windows(c.failure_windows))),
+            relative: c.relative.as_deref().map(|(_, given)| *given),
+            recovery_ramp: (c.ramp_ns > 0).then(|| Duration::from_nanos(c.ramp_ns)),
         }
     }
 
@@ -765,5 +887,8 @@ impl Inner {
             + self.events.heap_bytes()
             + self.open_watch.heap_bytes()
             + self.name.as_ref().map_or(0, |n| n.len())
+            + ts.learner.as_deref().map_or(0, |_| core::mem::size_of::<Learner>())
+            + self.config.relative.as_deref().map_or(0, core::mem::size_of_val)
+            + self.ramp.as_deref().map_or(0, core::mem::size_of_val)
     }
 }

@@ -206,6 +206,9 @@ impl Core<'_> {
         } else {
             sink.stale(self.inner);
         }
+        // Judged by the threshold windows are judged by now (with the
+        // relative rule, its threshold if lower than the absolute one).
+        let slow = latency_ns > self.inner.threshold_ns.load(Ordering::Relaxed);
         let outcome = match (ok, slow) {
             (false, _) => ProbeOutcome::Failed,
             (true, true) => ProbeOutcome::Slow,

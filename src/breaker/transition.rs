@@ -71,6 +71,7 @@ impl Inner {
     pub(super) fn probe_verdict(&self, round: u64, lease: usize, outcome: ProbeOutcome) {
         self.release_lease(lease, round);
         let successes = self.config.successes;
+        let ramp = self.config.ramp_ns > 0;
         let (seen, stored, reason) = self.state.update(|w| {
             if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
                 // A verdict from an earlier round decides nothing.
@@ -79,6 +80,12 @@ impl Inner {
             let probes = w.probes().saturating_sub(1);
             match outcome {
                 ProbeOutcome::Cancelled => Decision::Set(w.with_probes(probes), None),
+                // With a recovery ramp, CLOSED in its ramp, the level kept
+                // until the ramp ends (a trip in it backs off further).
+                ProbeOutcome::Good if w.successes().saturating_add(1) >= successes && ramp => Decision::Set(
+                    w.transition(State::Closed, w.mode()).with_ramp(),
+                    Some(Reason::ProbesSucceeded),
+                ),
                 ProbeOutcome::Good if w.successes().saturating_add(1) >= successes => Decision::Set(
                     w.transition(State::Closed, w.mode()).with_level(0),
                     Some(Reason::ProbesSucceeded),
@@ -111,6 +118,12 @@ impl Inner {
     pub(super) fn note(&self, from: Word, to: Word, reason: Reason, now: u64) {
         if from.state() == State::Open {
             self.retire_deadline(from);
+        }
+        if from.ramping() {
+            self.retire_ramp(from);
+        }
+        if to.ramping() {
+            self.publish_ramp(to, now);
         }
         if from.state() == State::HalfOpen && to.state() == State::Open {
             self.count_flap(now);
@@ -191,7 +204,7 @@ impl Inner {
         let mut ts = self.tick.lock();
         let (seen, stored, transition) = self.state.update(|w| {
             if w.state() == State::Closed && w.mode() == Mode::Normal {
-                return Decision::Set(w.with_breaches(0).with_level(0), false);
+                return Decision::Set(w.with_breaches(0).with_level(0).without_ramp(), false);
             }
             Decision::Set(w.transition(State::Closed, Mode::Normal).with_level(0), true)
         });
@@ -199,7 +212,12 @@ impl Inner {
             (Some(next), true) => {
                 self.note(seen, next, Reason::Reset, self.now_floored(self.clock.raw()));
             }
-            _ => self.forget_counts(&mut ts),
+            _ => {
+                if seen.ramping() {
+                    self.retire_ramp(seen);
+                }
+                self.forget_counts(&mut ts);
+            }
         }
         drop(ts);
         self.events.deliver();
@@ -210,7 +228,13 @@ impl Inner {
             if w.state() != State::Closed || !matches!(w.mode(), Mode::Normal | Mode::MetricsOnly) {
                 return Decision::Keep(());
             }
-            Decision::Set(w.transition(State::Open, w.mode()), ())
+            // From a recovery ramp, with the next backoff (as a trip there).
+            let level = if w.ramping() {
+                w.level().saturating_add(1)
+            } else {
+                w.level()
+            };
+            Decision::Set(w.transition(State::Open, w.mode()).with_level(level), ())
         });
         if let Some(next) = stored {
             self.note(seen, next, Reason::ManualTrip, self.now_floored(self.clock.raw()));

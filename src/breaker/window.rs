@@ -10,10 +10,12 @@
 //! in-flight slots) and `floor`.
 
 use super::Inner;
+use crate::baseline::Learner;
+use crate::config::Config;
 use crate::flight::{Claim, FLIGHT_GEN_HORIZON};
 use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
 use crate::shard::Counts;
-use crate::sketch::{Histogram, KEY_OFFSET};
+use crate::sketch::{edge_ns, Histogram, KEY_OFFSET};
 use crate::state::Decision;
 use crate::sync::Ordering;
 use crate::trip;
@@ -42,6 +44,29 @@ pub(super) struct TickState {
     pub(super) evidence_windows: u8,
     pub(super) last: WindowStats,
     pub(super) totals: Totals,
+    /// The relative rule's baseline and pool (`crate::baseline`), if the
+    /// rule is on.
+    pub(super) learner: Option<Box<Learner>>,
+}
+
+/// The threshold a window is judged by (and probes): the absolute one, or
+/// with the relative rule the lower of it and the relative threshold.
+pub(super) fn effective_threshold(config: &Config, learner: Option<&Learner>) -> u64 {
+    match (config.relative.as_deref(), learner) {
+        (Some((rule, _)), Some(l)) => config.threshold_ns.min(l.threshold_ns(rule)),
+        _ => config.threshold_ns,
+    }
+}
+
+/// What a closed span teaches the relative rule's baseline.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lesson {
+    /// Healthy, dense, judged, not ramping: pooled.
+    Learn,
+    /// Judged healthy but sparse: neither pooled nor breaking the pool.
+    Skip,
+    /// Not judged, breaching, tripping, ramping: the pool is emptied.
+    Forget,
 }
 
 impl TickState {
@@ -93,6 +118,7 @@ struct Span {
     counts: Counts,
     in_flight: u64,
     latency: Option<LatencyQuantiles>,
+    hist: Option<Histogram>,
     windows: u64,
     closed_at: u64,
     counted_in: u64,
@@ -118,8 +144,8 @@ impl Inner {
     ///    outside a close until the next one, reads time at least this
     ///    late, so nothing can be dated before what this close acts on.
     /// 2. [`expire`](Self::expire): an OPEN whose backoff ended moves to
-    ///    HALF_OPEN, a probe out past its lease re-opens, an aged-out
-    ///    flapping flag clears. Before the windows: the span judged below
+    ///    HALF_OPEN, a recovery ramp that ran its course ends, a probe out
+    ///    past its lease re-opens, an aged-out flapping flag clears. Before the windows: the span judged below
     ///    must see the state these leave (a span that straddles one of
     ///    these transitions is not judged).
     /// 3. [`due_windows`](Self::due_windows): nothing more until the
@@ -136,7 +162,9 @@ impl Inner {
     /// 5. [`close_span`](Self::close_span): the span recorded (last window,
     ///    totals, rolling ring) and, if judged, the trip rule applied by a
     ///    CAS that holds only if the state is still CLOSED in the generation
-    ///    the span was counted in.
+    ///    the span was counted in; then the relative rule's baseline learns
+    ///    from it if it was judged healthy (`crate::baseline`) and the next
+    ///    window's threshold is set.
     fn tick_locked(&self, ts: &mut TickState) {
         let now = self.advance_time(ts);
         self.expire(now);
@@ -165,6 +193,8 @@ impl Inner {
     fn expire(&self, now: u64) {
         // OPEN whose backoff ran out: HALF_OPEN now, even with no caller.
         self.half_open_if_due(now);
+        // A recovery ramp that has run its course ends, even with no caller.
+        self.end_ramp_if_due(now);
         // HALF_OPEN with a probe out past its lease.
         self.lease_expired(self.state.load(), now);
         if self.flapping.load(Ordering::Relaxed)
@@ -202,6 +232,8 @@ impl Inner {
                 .add((key - KEY_OFFSET) as usize, n)
         });
         let latency = hist.as_ref().and_then(Histogram::quantiles);
+        // The histogram is kept for the relative rule only.
+        let hist = if self.config.relative.is_some() { hist } else { None };
         let after = self.state.load();
         let transitions = self.state.full_generation(after).wrapping_sub(ts.window_gen);
         let mut in_flight = 0;
@@ -230,6 +262,7 @@ impl Inner {
             counts,
             in_flight,
             latency,
+            hist,
             windows,
             closed_at,
             counted_in,
@@ -247,7 +280,29 @@ impl Inner {
         self.shards.drain(&mut counts, |_, _| {});
         ts.add_totals(counts.calls, counts.slow, &counts);
         ts.clear_ring();
+        if let Some(l) = ts.learner.as_deref_mut() {
+            l.forget_pool();
+        }
         ts.window_gen = before;
+    }
+
+    /// The relative rule's baseline (fixed point), if it has one.
+    pub(super) fn baseline_units(&self) -> Option<u64> {
+        self.tick.lock().learner.as_deref().and_then(Learner::baseline)
+    }
+
+    /// Seeds the relative rule's baseline (`Some`, fixed point) or starts
+    /// it cold (`None`); the threshold follows at once.
+    pub(super) fn set_baseline(&self, units: Option<u64>) {
+        let mut ts = self.tick.lock();
+        if let (Some((rule, _)), Some(l)) = (self.config.relative.as_deref(), ts.learner.as_deref_mut()) {
+            match units {
+                Some(u) => l.seed(rule, u),
+                None => l.reset(),
+            }
+            self.threshold_ns
+                .store(effective_threshold(&self.config, Some(l)), Ordering::Relaxed);
+        }
     }
 
     /// Step 5: records the closed span and, if it may be judged, applies
@@ -258,13 +313,26 @@ impl Inner {
             counts,
             in_flight,
             latency,
+            hist,
             windows,
             closed_at,
             counted_in,
             judged,
         } = span;
+        let c = &self.config;
         let calls = counts.calls + in_flight;
-        let slow = counts.slow + in_flight;
+        let absolute_slow = counts.slow + in_flight;
+        // The relative rule: the calls above its threshold's bucket, read off
+        // the span's histogram (exact: see `crate::baseline`). A call slower
+        // than either threshold is slow; the two sets nest (both are cuts of
+        // the same buckets), so their union is the larger count.
+        let relative = match (c.relative.as_deref(), ts.learner.as_deref()) {
+            (Some((rule, _)), Some(l)) => Some(l.threshold_index(rule)),
+            _ => None,
+        };
+        let relative_slow = relative.map(|j| hist.as_ref().map_or(0, |h| h.count_above(j)));
+        let slow = relative_slow.map_or(absolute_slow, |r| r.max(counts.slow) + in_flight);
+        let threshold = relative.map_or(c.threshold_ns, |j| c.threshold_ns.min(edge_ns(j)));
         ts.last = WindowStats {
             calls,
             errors: counts.errors,
@@ -275,10 +343,12 @@ impl Inner {
             windows: u32::try_from(windows).unwrap_or(u32::MAX),
             closed_at: Duration::from_nanos(closed_at),
             latency,
+            threshold: Duration::from_nanos(threshold),
         };
         ts.add_totals(calls, slow, &counts);
         if !judged {
             ts.clear_ring();
+            self.learn(ts, Lesson::Forget, hist.as_ref(), windows);
             return;
         }
         // Each window's share into the rolling ring, oldest first (windows
@@ -289,7 +359,6 @@ impl Inner {
             let share = |n: u64| n / windows + u64::from(i < n % windows);
             ts.push(share(calls), share(counts.errors));
         }
-        let c = &self.config;
         let (span_calls, span_errors) = ts.sum(c.error_windows as usize);
         let span_failures = if c.failure_windows == 0 {
             0
@@ -298,13 +367,17 @@ impl Inner {
         };
         let gen = counted_in;
         let mut evidence = (ts.evidence, ts.evidence_windows);
+        let mut lesson = Lesson::Forget;
+        let dense = calls > 0 && calls >= c.rule.min_calls.saturating_mul(windows);
         let (seen, stored, reason) = self.state.update(|w| {
+            lesson = Lesson::Forget;
             if w.state() != State::Closed || self.state.full_generation(w) != gen {
                 return Decision::Keep(None);
             }
             let input = trip::Input {
                 calls,
                 slow,
+                absolute_slow: relative.map(|_| absolute_slow),
                 windows,
                 span_calls,
                 span_errors,
@@ -315,16 +388,41 @@ impl Inner {
             };
             let verdict = trip::judge(&c.rule, &input);
             evidence = (verdict.evidence, verdict.evidence_windows);
+            if verdict.trip.is_none() && verdict.breaches == 0 && !w.ramping() {
+                lesson = if dense { Lesson::Learn } else { Lesson::Skip };
+            }
             match verdict.trip {
+                // A trip during a recovery ramp re-opens with the next backoff.
+                Some(r) if w.ramping() => Decision::Set(
+                    w.transition(State::Open, w.mode())
+                        .with_level(w.level().saturating_add(1)),
+                    Some(r),
+                ),
                 Some(r) => Decision::Set(w.transition(State::Open, w.mode()), Some(r)),
                 None => Decision::Set(w.with_breaches(verdict.breaches), None),
             }
         });
         (ts.evidence, ts.evidence_windows) = evidence;
+        self.learn(ts, lesson, hist.as_ref(), windows);
         if let (Some(next), Some(reason)) = (stored, reason) {
             ts.clear_ring();
             self.note(seen, next, reason, now);
         }
+    }
+
+    /// Hands a closed span to the relative rule's baseline (nothing without
+    /// the rule), and sets the threshold the next window is judged by.
+    fn learn(&self, ts: &mut TickState, lesson: Lesson, hist: Option<&Histogram>, windows: u64) {
+        let (Some((rule, _)), Some(l)) = (self.config.relative.as_deref(), ts.learner.as_deref_mut()) else {
+            return;
+        };
+        match (lesson, hist) {
+            (Lesson::Learn, Some(h)) => l.healthy(rule, h, windows),
+            (Lesson::Skip, _) | (Lesson::Learn, None) => {}
+            (Lesson::Forget, _) => l.forget_pool(),
+        }
+        self.threshold_ns
+            .store(effective_threshold(&self.config, Some(l)), Ordering::Relaxed);
     }
 
     /// For the ticker, shortly before it ticks this breaker: starts loading
@@ -380,6 +478,7 @@ mod tests {
             evidence_windows: 0,
             last: WindowStats::default(),
             totals: Totals::default(),
+            learner: None,
         }
     }
 
@@ -426,6 +525,7 @@ mod tests {
                 evidence_windows: 0,
                 last: WindowStats::default(),
                 totals: Totals::default(),
+                learner: None,
             };
             let mut pushed: Vec<(u64, u64)> = Vec::new();
             for i in 1..=12u64 {
