@@ -19,11 +19,14 @@
 //! | `breaker_calls_total`, `breaker_errors_total`, `breaker_slow_calls_total`, `breaker_cancelled_total` | counter | over every closed window |
 //! | `breaker_stale_calls_total` | counter | verdicts of permits admitted before a transition: counted apart, never judged |
 //! | `breaker_shadow_rejections_total` | counter | calls a `metrics_only` breaker admitted that it would have rejected |
-//! | `breaker_rejected_total{reason}` | counter | calls the breaker rejected: `open` (backoff running), `probes_busy` (half-open, every probe slot taken), `forced` (forced open); counted per thread shard, so the OPEN path writes no shared line |
+//! | `breaker_rejected_total{reason}` | counter | calls the breaker rejected: `open` (backoff running), `probes_busy` (half-open, every probe slot taken), `forced` (forced open), `ramping` (in a recovery ramp, beyond the share admitted); counted per thread shard, so the OPEN path writes no shared line |
 //! | `breaker_events_lost_total` | counter | transition events the listener never got (its queue of 64 was full) |
 //! | `breaker_listener_panics_total` | counter | panics of the transition listener, caught |
 //! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary |
-//! | `breaker_window_seconds`, `breaker_latency_threshold_seconds`, `breaker_slow_ratio_limit`, `breaker_trip_windows`, `breaker_min_calls`, `breaker_error_ratio_limit`, `breaker_error_window_seconds` | gauge | the [`Limits`](crate::Limits) windows are judged by, to read the counters against |
+//! | `breaker_window_seconds`, `breaker_slow_ratio_limit`, `breaker_trip_windows`, `breaker_min_calls`, `breaker_error_ratio_limit`, `breaker_error_window_seconds` | gauge | the [`Limits`](crate::Limits) windows are judged by, to read the counters against |
+//! | `breaker_latency_threshold_seconds` | gauge | the threshold the last closed window was judged by ([`WindowStats::threshold`](crate::WindowStats::threshold)): the latency threshold, or with the relative rule the lower of it and the relative threshold |
+//! | `breaker_latency_baseline_seconds` | gauge | the relative rule's baseline ([`Snapshot::latency_baseline`](crate::Snapshot::latency_baseline)); only consumers that have one |
+//! | `breaker_ramp_admitted_ratio` | gauge | the share of calls a recovery ramp admits now, 1 when not ramping; only consumers with a ramp |
 //! | `breaker_emit_seconds` | histogram | time the router spent per emit, delivered or not (only consumers with an [`Emitter`](crate::emit::Emitter) attached: [`Registry::attach_emitter`](crate::Registry::attach_emitter)); buckets at powers of two from 1.024 µs to 68.7 s |
 //! | `breaker_emits_delivered_total`, `breaker_emits_overran_total`, `breaker_emits_cancelled_total` | counter | emits delivered; of those, returned after the timeout; emits dropped unfinished (async emits dropped, panicking calls whose trigger the queue could not take) |
 //! | `breaker_emit_panic_drops_total` | counter | triggers dropped as a panicking call unwound (its own, or a lower-class one it displaced): the only triggers an emitter drops; alert on any |
@@ -462,7 +465,12 @@ impl Collector for BreakerCollector {
             )?;
             for r in &rows {
                 let j = r.snapshot.rejections;
-                for (reason, value) in [("open", j.open), ("probes_busy", j.probes_busy), ("forced", j.forced)] {
+                for (reason, value) in [
+                    ("open", j.open),
+                    ("probes_busy", j.probes_busy),
+                    ("forced", j.forced),
+                    ("ramping", j.ramping),
+                ] {
                     let labels = [("consumer", &*r.name), ("reason", reason)];
                     ConstCounter::new(value).encode(metric.encode_family(&labels)?)?;
                 }
@@ -503,9 +511,28 @@ impl Collector for BreakerCollector {
         family(
             e,
             "breaker_latency_threshold_seconds",
-            "Calls slower than this are slow.",
+            "The threshold the last closed window was judged by: calls slower than this were slow (with the relative rule, the lower of the absolute and the relative threshold).",
             &rows,
-            limit(|l| l.latency_threshold.as_secs_f64()),
+            |r| Some(ConstGauge::new(r.snapshot.window.threshold.as_secs_f64())),
+        )?;
+        family(
+            e,
+            "breaker_latency_baseline_seconds",
+            "The relative rule's baseline: the consumer's own latency at the rule's quantile, learned from its healthy windows.",
+            &rows,
+            |r| r.snapshot.latency_baseline.map(|d| ConstGauge::new(d.as_secs_f64())),
+        )?;
+        family(
+            e,
+            "breaker_ramp_admitted_ratio",
+            "The share of calls a recovery ramp admits now: 1 when not ramping (breakers with a ramp only).",
+            &rows,
+            |r| {
+                r.snapshot
+                    .limits
+                    .recovery_ramp
+                    .map(|_| ConstGauge::new(r.snapshot.ramp.map_or(1.0, |ramp| ramp.admitted)))
+            },
         )?;
         family(
             e,

@@ -23,6 +23,8 @@ mod in_flight;
 mod leases;
 mod overrides;
 mod races;
+mod ramp;
+mod relative;
 mod snapshot;
 mod sparse;
 mod tripping;

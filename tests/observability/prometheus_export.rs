@@ -87,7 +87,12 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, Sample> {
             s.shadow_rejections as f64,
         );
         let j = s.rejections;
-        for (reason, v) in [("open", j.open), ("probes_busy", j.probes_busy), ("forced", j.forced)] {
+        for (reason, v) in [
+            ("open", j.open),
+            ("probes_busy", j.probes_busy),
+            ("forced", j.forced),
+            ("ramping", j.ramping),
+        ] {
             put("breaker_rejected_total", &[("reason", reason)], Kind::Counter, v as f64);
         }
         let q = s.window.latency;
@@ -106,8 +111,15 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, Sample> {
             "breaker_latency_threshold_seconds",
             &[],
             Kind::Gauge,
-            l.latency_threshold.as_secs_f64(),
+            s.window.threshold.as_secs_f64(),
         );
+        if let Some(b) = s.latency_baseline {
+            put("breaker_latency_baseline_seconds", &[], Kind::Gauge, b.as_secs_f64());
+        }
+        if l.recovery_ramp.is_some() {
+            let admitted = s.ramp.map_or(1.0, |r| r.admitted);
+            put("breaker_ramp_admitted_ratio", &[], Kind::Gauge, admitted);
+        }
         put("breaker_slow_ratio_limit", &[], Kind::Gauge, l.slow_fraction);
         put("breaker_trip_windows", &[], Kind::Gauge, f64::from(l.trip_windows));
         put("breaker_min_calls", &[], Kind::Gauge, l.min_calls as f64);
@@ -289,7 +301,39 @@ fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
     search_clock.advance(SEC);
     search.tick();
 
-    (vec![pricing_clock, compliance_clock, ledger_clock, search_clock], dlq)
+    // checkout: the relative rule (seeded at 2 ms: judged at about 4 ms,
+    // under its 1 s ceiling) and a recovery ramp, a quarter through it,
+    // turning calls away.
+    let checkout_clock = ManualClock::new();
+    let checkout = registry
+        .get_or_create("checkout", || {
+            Breaker::builder()
+                .clock(checkout_clock.clone())
+                .ticker(false)
+                .relative_latency(tailguard::RelativeLatency::new().initial_baseline(2 * MS))
+                .success_to_close(1)
+                .recovery_ramp(4 * SEC)
+        })
+        .unwrap();
+    checkout.trip_now();
+    checkout_clock.advance(SEC);
+    checkout.allow().unwrap().record_latency(MS, true); // the probe closes it
+    checkout_clock.advance(SEC);
+    let rejected = (0..100).filter(|_| checkout.allow().is_err()).count();
+    assert!((70..=80).contains(&rejected), "{rejected}");
+    assert_eq!(checkout.snapshot().rejections.ramping, rejected as u64);
+    assert!(checkout.snapshot().latency_baseline.is_some());
+
+    (
+        vec![
+            pricing_clock,
+            compliance_clock,
+            ledger_clock,
+            search_clock,
+            checkout_clock,
+        ],
+        dlq,
+    )
 }
 
 #[test]
@@ -344,10 +388,11 @@ fn every_series_matches_the_snapshots() {
         (rejected("ledger", "open"), rejected("compliance", "forced")),
         (3.0, 1.0)
     );
-    // 4 consumers × (20 series + 4 quantiles + 7 limits), + 2 + 5 × 3 for
-    // the queue. Ledger and search closed no window with calls: NaN.
+    // 5 consumers × (21 series + 4 quantiles + 7 limits and threshold), +
+    // checkout's baseline and ramp, + 2 + 5 × 3 for the queue. Ledger and
+    // search closed no window with calls: NaN.
     assert_eq!(by_name("ledger").snapshot.window.latency, None);
-    assert_eq!(got.len(), 4 * (20 + 4 + 7) + 2 + 5 * 3);
+    assert_eq!(got.len(), 5 * (21 + 4 + 7) + 2 + 2 + 5 * 3);
     let nan = key(
         "breaker_latency_seconds",
         &[("consumer", "search"), ("quantile", "0.99")],
@@ -383,6 +428,8 @@ fn names_and_types_are_exactly_the_documented_ones() {
         ("breaker_latency_seconds", "gauge"),
         ("breaker_window_seconds", "gauge"),
         ("breaker_latency_threshold_seconds", "gauge"),
+        ("breaker_latency_baseline_seconds", "gauge"),
+        ("breaker_ramp_admitted_ratio", "gauge"),
         ("breaker_slow_ratio_limit", "gauge"),
         ("breaker_trip_windows", "gauge"),
         ("breaker_min_calls", "gauge"),
