@@ -22,6 +22,7 @@
 //! | owned handles: single-writer shards read by window close, shards handed out by CAS (`shard.rs`, `breaker/permit.rs`) | `local_handle_records_are_conserved_across_a_concurrent_tick`, `a_local_shard_is_handed_out_once` |
 //! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag; generation tags keeping calls after a transition from those before it (`flight.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`, `a_call_admitted_after_a_transition_is_never_claimed_with_those_before` |
 //! | tasks parked elsewhere, woken by a transition into OPEN (`breaker/watch.rs`) | `a_parked_task_is_woken_or_sees_the_breaker_open` |
+//! | the recovery ramp: its start published after the close's CAS, its count, its end against a trip in it (`breaker/ramp.rs`) | `a_call_racing_the_close_into_a_ramp_is_refused_and_the_share_follows`, `a_ramp_s_end_racing_a_trip_in_it_backs_off_once` |
 //! | events queued by every transition, delivered in order off the hot path (`events.rs`) | `events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted`, `a_hot_path_transition_racing_an_override_is_delivered_in_order` |
 //! | the queue: slot `seq` protocol, the occupancy word, displacement, the consumer's pop (`dlq/`) | the nine models of `dlq.rs` (two bounded lower, as they state) |
 //! | the emit path: shutdown against diversions, the bulkhead's slots, one replay at a time, a replay's trigger against a shutdown (`emit/`, `bulkhead.rs`) | the four models of `emit.rs` |
@@ -597,5 +598,77 @@ fn a_parked_task_is_woken_or_sees_the_breaker_open() {
             "parked behind an open breaker, never woken"
         );
         b.loom_forget_park(&mut key);
+    });
+}
+
+/// A breaker with a 10 s recovery ramp, tripped by hand, whose backoff has
+/// run out: its probe is out, and the good verdict closes it into a ramp.
+fn ramp_probe_out(clock: &ManualClock) -> (Breaker, tailguard::OwnedPermit) {
+    let b = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .success_to_close(1)
+        .recovery_ramp(10 * SEC)
+        .build()
+        .unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    let probe = b.allow_owned().unwrap();
+    assert!(probe.is_probe());
+    (b, probe)
+}
+
+/// A call racing the probe whose verdict closes the breaker into its
+/// recovery ramp (the CAS, then the ramp's start published): before the
+/// CAS it finds the probe slot taken, after it the ramp at its first
+/// instant, published or not: rejected either way, never admitted on a
+/// start that is not this ramp's. Once the verdict is in, the ramp admits
+/// its share, counted from the publication.
+#[test]
+fn a_call_racing_the_close_into_a_ramp_is_refused_and_the_share_follows() {
+    model(|| {
+        let clock = ManualClock::new();
+        let (b, probe) = ramp_probe_out(&clock);
+        let t = thread::spawn(move || probe.record(true));
+        let r = b.allow().map(|p| p.is_probe()).unwrap_err();
+        assert!(
+            matches!(r.reason(), RejectReason::ProbesBusy | RejectReason::Ramping),
+            "{r:?}"
+        );
+        t.join().unwrap();
+        assert_eq!(b.state(), State::Closed);
+        clock.advance(5 * SEC);
+        let admitted = (0..4).filter(|_| b.allow().is_ok()).count();
+        assert!((1..=3).contains(&admitted), "{admitted} of 4 at half way");
+    });
+}
+
+/// The end of a ramp (a window close after its length) racing a trip in
+/// it: the ramp ends and the trip backs off from level 0, or the trip
+/// backs off from the ramp's level plus one and the end finds the word
+/// moved on. Never a ramp left behind an OPEN, nor an end that resets a
+/// later OPEN's level.
+#[test]
+fn a_ramp_s_end_racing_a_trip_in_it_backs_off_once() {
+    model(|| {
+        let clock = ManualClock::new();
+        let (b, probe) = ramp_probe_out(&clock);
+        probe.record(false); // a failed probe: level 1
+        clock.advance(2 * SEC);
+        b.allow().unwrap().record(true); // into the ramp, at level 1
+        assert_eq!(b.snapshot().backoff_level, 1);
+        clock.advance(10 * SEC);
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.trip_now());
+        b.tick();
+        t.join().unwrap();
+        let s = b.snapshot();
+        assert_eq!((s.state, s.ramp), (State::Open, None));
+        let want = match s.backoff_level {
+            0 => SEC,
+            2 => 4 * SEC,
+            other => panic!("level {other}"),
+        };
+        assert_eq!(s.next_probe_in, Some(want));
     });
 }

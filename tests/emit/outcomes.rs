@@ -162,3 +162,61 @@ fn a_full_queue_displaces_lower_classes_then_hands_back() {
     );
     assert_conserved(&s, 4);
 }
+
+/// A recovery ramp's rejections are diverted as an OPEN breaker's are,
+/// at once, the consumer never called; the queued triggers are replayed
+/// once the ramp ends, and nothing is lost on the way.
+#[test]
+fn a_recovery_ramp_s_rejections_are_diverted_and_replayed_after_it() {
+    let clock = ManualClock::new();
+    let b = tailguard::Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .success_to_close(1)
+        .recovery_ramp(10 * SEC)
+        .build()
+        .unwrap();
+    let e = emitter::<u32>(&b, 1024);
+    b.trip_now();
+    clock.advance(SEC);
+    b.allow().unwrap().record_latency(MS, true); // the probe closes it
+    clock.advance(5 * SEC); // half way
+    let calls = AtomicUsize::new(0);
+    let (mut delivered, mut ramping) = (0usize, 0usize);
+    for i in 0..200 {
+        match e.emit_blocking(i, Priority::Routine, |_, _| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, ()>(())
+        }) {
+            Emitted::Delivered(()) => delivered += 1,
+            Emitted::Diverted {
+                reason: Divert::Open(r),
+                displaced: None,
+            } if r.reason() == RejectReason::Ramping => ramping += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        delivered.abs_diff(100) <= 3 && delivered + ramping == 200,
+        "{delivered}"
+    );
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        delivered,
+        "a diverted trigger never reaches the consumer"
+    );
+    let s = e.stats();
+    assert_eq!((s.diverted_open, s.queued), (ramping as u64, ramping));
+    assert_eq!(b.snapshot().rejections.ramping, ramping as u64);
+    // A replay in the ramp is refused as the ramp refuses: it stops, the
+    // trigger kept at the head, no attempt used.
+    let during = e.replay_blocking(1000, |_, _| Ok::<_, ()>(()));
+    assert!(during.stopped.is_some() && during.delivered < ramping, "{during:?}");
+    assert_eq!(e.stats().replay_handed_back, 0);
+    clock.advance(5 * SEC); // the ramp is over
+    let after = e.replay_blocking(1000, |_, _| Ok::<_, ()>(()));
+    assert_eq!(during.delivered + after.delivered, ramping, "{after:?}");
+    let s = e.stats();
+    assert_eq!((s.replayed, s.queued), (ramping as u64, 0));
+    assert_conserved(&s, 200);
+}

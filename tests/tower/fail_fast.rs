@@ -445,3 +445,38 @@ fn a_parked_task_is_woken_by_a_refusing_open_and_by_nothing_else() {
     b.force_open();
     assert_eq!(wakes(), 2, "woken when forced open");
 }
+
+/// A recovery ramp's rejections are the layer's rejections: immediate,
+/// typed (`Ramping`, with its hint), the service never called; the share
+/// the ramp admits goes through.
+#[tokio::test(start_paused = true)]
+async fn a_recovery_ramp_s_rejections_are_rejections() {
+    let b = builder().recovery_ramp(Duration::from_secs(1)).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&calls);
+    let mut svc = BreakerLayer::new(b.clone())
+        .classify(ErrorsOnly)
+        .layer(service_fn(move |()| {
+            seen.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, std::io::Error>(()) }
+        }));
+    b.trip_now();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    svc.ready().await.unwrap().call(()).await.unwrap(); // the probe closes it
+    assert_eq!(b.snapshot().ramp.map(|r| r.admitted), Some(0.0));
+    tokio::time::advance(250 * MS).await;
+    let (mut ok, mut ramping) = (0usize, 0u64);
+    for _ in 0..400 {
+        match svc.ready().await.unwrap().call(()).await {
+            Ok(()) => ok += 1,
+            Err(BreakerError::Rejected(r)) => {
+                assert_eq!((r.reason(), r.retry_after()), (RejectReason::Ramping, Some(100 * MS)));
+                ramping += 1;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(ok.abs_diff(100) <= 3, "{ok} of 400 at 25%");
+    assert_eq!(calls.load(Ordering::Relaxed), 1 + ok, "the probe and the admitted");
+    assert_eq!(b.snapshot().rejections.ramping, ramping);
+}
