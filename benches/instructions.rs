@@ -20,8 +20,11 @@ const LATENCY: Duration = Duration::from_micros(200);
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// Every operation, by name.
-const OPS: [&str; 9] = [
+const OPS: [&str; 12] = [
     "closed_allow_record_latency",
+    "relative_allow_record_latency",
+    "manual_allow_record_latency",
+    "ramp_allow_record_latency",
     "closed_cycle",
     "local_allow_record_latency",
     "open_reject",
@@ -45,6 +48,34 @@ fn closed(clock: ClockSource, local: usize) -> Breaker {
 fn measure_closed_allow_record_latency(b: &Breaker, n: u64) {
     for _ in 0..n {
         b.allow().expect("closed").record_latency(black_box(LATENCY), true);
+    }
+}
+
+/// The same on a breaker with the relative latency rule (its work is at
+/// window close: the hot path is the same).
+#[inline(never)]
+fn measure_relative_allow_record_latency(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        b.allow().expect("closed").record_latency(black_box(LATENCY), true);
+    }
+}
+
+/// CLOSED on the manual clock: what the ramp's figure compares with.
+#[inline(never)]
+fn measure_manual_allow_record_latency(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        b.allow().expect("closed").record_latency(black_box(LATENCY), true);
+    }
+}
+
+/// Half way through a recovery ramp (manual clock): each call's admission
+/// decided by the ramp's count, half admitted and recorded, half rejected.
+#[inline(never)]
+fn measure_ramp_allow_record_latency(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        if let Ok(p) = b.allow() {
+            p.record_latency(black_box(LATENCY), true);
+        }
     }
 }
 
@@ -162,6 +193,39 @@ fn run(op: &str, n: u64) {
             let b = closed(ClockSource::coarse(), 0);
             measure_closed_allow_record_latency(&b, n);
             assert_eq!(b.state(), State::Closed);
+        }
+        "relative_allow_record_latency" => {
+            let b = Breaker::builder()
+                .clock(ClockSource::coarse())
+                .ticker(false)
+                .relative_latency(tailguard::RelativeLatency::new())
+                .build()
+                .expect("valid config");
+            measure_relative_allow_record_latency(&b, n);
+            assert_eq!(b.state(), State::Closed);
+        }
+        "manual_allow_record_latency" => {
+            let b = closed(ManualClock::new().into(), 0);
+            measure_manual_allow_record_latency(&b, n);
+            assert_eq!(b.state(), State::Closed);
+        }
+        "ramp_allow_record_latency" => {
+            let clock = ManualClock::new();
+            let b = Breaker::builder()
+                .clock(clock.clone())
+                .ticker(false)
+                .success_to_close(1)
+                .recovery_ramp(HOUR)
+                .build()
+                .expect("valid config");
+            b.trip_now();
+            clock.advance(Duration::from_secs(1));
+            b.allow().expect("the probe").record_latency(LATENCY, true);
+            clock.advance(HOUR / 2);
+            measure_ramp_allow_record_latency(&b, n);
+            let s = b.snapshot();
+            assert_eq!((s.state, s.ramp.map(|r| r.admitted)), (State::Closed, Some(0.5)));
+            assert!(s.rejections.ramping.abs_diff(n / 2) <= 3, "{:?}", s.rejections);
         }
         "closed_cycle" => {
             let b = closed(ClockSource::coarse(), 0);

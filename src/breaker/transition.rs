@@ -71,7 +71,6 @@ impl Inner {
     pub(super) fn probe_verdict(&self, round: u64, lease: usize, outcome: ProbeOutcome) {
         self.release_lease(lease, round);
         let successes = self.config.successes;
-        let ramp = self.config.ramp_ns > 0;
         let (seen, stored, reason) = self.state.update(|w| {
             if w.state() != State::HalfOpen || self.state.full_generation(w) != round {
                 // A verdict from an earlier round decides nothing.
@@ -80,16 +79,18 @@ impl Inner {
             let probes = w.probes().saturating_sub(1);
             match outcome {
                 ProbeOutcome::Cancelled => Decision::Set(w.with_probes(probes), None),
-                // With a recovery ramp, CLOSED in its ramp, the level kept
-                // until the ramp ends (a trip in it backs off further).
-                ProbeOutcome::Good if w.successes().saturating_add(1) >= successes && ramp => Decision::Set(
-                    w.transition(State::Closed, w.mode()).with_ramp(),
-                    Some(Reason::ProbesSucceeded),
-                ),
-                ProbeOutcome::Good if w.successes().saturating_add(1) >= successes => Decision::Set(
-                    w.transition(State::Closed, w.mode()).with_level(0),
-                    Some(Reason::ProbesSucceeded),
-                ),
+                ProbeOutcome::Good if w.successes().saturating_add(1) >= successes => {
+                    let closed = w.transition(State::Closed, w.mode());
+                    // With a recovery ramp, CLOSED in its ramp, the level
+                    // kept until the ramp ends (a trip in it backs off
+                    // further).
+                    let next = if self.ramp.is_some() {
+                        closed.with_ramp()
+                    } else {
+                        closed.with_level(0)
+                    };
+                    Decision::Set(next, Some(Reason::ProbesSucceeded))
+                }
                 ProbeOutcome::Good => Decision::Set(
                     w.with_probes(probes).with_successes(w.successes().saturating_add(1)),
                     None,
