@@ -8,8 +8,11 @@
 //!    time (default 1 s windows), first with no traffic, then with traffic
 //!    flowing into every breaker; and how often it woke.
 //!
-//! Run: `cargo run --release --example scale`. `SCALE_N` sets the count and
-//! `SCALE_PASS_ONLY` skips part 2 (for profiling a pass under callgrind).
+//! Run: `cargo run --release --example scale`. `SCALE_N` sets the count,
+//! `SCALE_PASS_ONLY` skips part 2 (for profiling a pass under callgrind),
+//! and `SCALE_RELATIVE` gives every breaker the relative latency rule
+//! (whose work is all at window close: pooling a window's buckets, and an
+//! observation per thousand calls).
 
 use std::time::{Duration, Instant};
 use tailguard::clock::ManualClock;
@@ -65,8 +68,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. Pass time, manual clock.
     let clock = ManualClock::new();
     let registry = Registry::new();
+    let relative = std::env::var_os("SCALE_RELATIVE").is_some();
     for i in 0..n {
-        registry.get_or_create(&format!("consumer-{i}"), || Breaker::builder().clock(clock.clone()))?;
+        registry.get_or_create(&format!("consumer-{i}"), || {
+            let b = Breaker::builder().clock(clock.clone()).ticker(true);
+            if relative {
+                b.relative_latency(tailguard::RelativeLatency::new())
+            } else {
+                b
+            }
+        })?;
     }
     traffic(&registry);
     let not_due = timed_pass();
@@ -97,7 +108,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         *best = (*best).min(took);
     }
     drop(evict);
-    println!("{n} registered breakers, one pass over all of them (best of 3 where repeated):");
+    let rule = if relative { ", relative rule" } else { "" };
+    println!("{n} registered breakers{rule}, one pass over all of them (best of 3 where repeated):");
     for (what, took) in [
         ("nothing due", not_due),
         ("every window due, with calls", warm),

@@ -100,6 +100,8 @@ pub(crate) struct Learner {
     /// Observations made, at most `warmup` (then the baseline judges).
     observations: u32,
     pool: Histogram,
+    /// Calls in the pool, and the windows they came from.
+    pool_calls: u64,
     pool_windows: u64,
 }
 
@@ -108,7 +110,7 @@ impl core::fmt::Debug for Learner {
         f.debug_struct("Learner")
             .field("baseline", &self.baseline)
             .field("observations", &self.observations)
-            .field("pool_calls", &self.pool.total())
+            .field("pool_calls", &self.pool_calls)
             .field("pool_windows", &self.pool_windows)
             .finish()
     }
@@ -120,6 +122,7 @@ impl Learner {
             baseline: 0,
             observations: 0,
             pool: Histogram::new(),
+            pool_calls: 0,
             pool_windows: 0,
         };
         if let Some(units) = r.initial {
@@ -157,17 +160,19 @@ impl Learner {
 
     /// A span the rule judged healthy (dense, not breaching, CLOSED in
     /// normal or metrics-only mode, not ramping), over `windows` windows:
-    /// pooled, and observed once the pool holds enough calls.
-    pub(crate) fn healthy(&mut self, r: &Relative, hist: &Histogram, windows: u64) {
-        self.pool.merge(hist);
+    /// pooled, and observed once the pool holds enough calls. Returns
+    /// whether the pool holds calls after it.
+    pub(crate) fn healthy(&mut self, r: &Relative, hist: &Histogram, windows: u64) -> bool {
+        self.pool_calls = self.pool_calls.saturating_add(self.pool.merge(hist));
         self.pool_windows = self.pool_windows.saturating_add(windows);
-        if self.pool.total() < r.samples {
-            return;
+        if self.pool_calls < r.samples {
+            return self.pool_calls > 0;
         }
         if let Some(bucket) = self.pool.quantile_bucket(r.quantile_ppb) {
             self.observe(r, (bucket as u64) << FRAC, self.pool_windows);
         }
         self.forget_pool();
+        false
     }
 
     /// One observation `obs` (fixed point) over `windows` windows.
@@ -189,7 +194,10 @@ impl Learner {
     /// A span that must not be learned from (not judged, or breaching):
     /// the pool is emptied, so that no observation straddles it.
     pub(crate) fn forget_pool(&mut self) {
-        self.pool.clear();
+        if self.pool_calls > 0 || self.pool_windows > 0 {
+            self.pool.clear();
+        }
+        self.pool_calls = 0;
         self.pool_windows = 0;
     }
 

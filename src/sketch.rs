@@ -166,11 +166,14 @@ impl Histogram {
         self.present[bucket / 64] |= 1 << (bucket % 64);
     }
 
-    /// Adds every count of `other`.
-    pub(crate) fn merge(&mut self, other: &Histogram) {
+    /// Adds every count of `other`; returns how many it added.
+    pub(crate) fn merge(&mut self, other: &Histogram) -> u64 {
+        let mut added = 0u64;
         for (bucket, n) in other.iter() {
             self.add(bucket, n);
+            added = added.saturating_add(n);
         }
+        added
     }
 
     /// Empties it.

@@ -259,6 +259,12 @@ impl Breaker {
                     ..WindowStats::default()
                 },
                 totals: Totals::default(),
+                relative_index: config
+                    .relative
+                    .as_deref()
+                    .zip(learner.as_deref())
+                    .map(|((r, _), l)| l.threshold_index(r)),
+                pooled: false,
                 learner,
             }),
             epoch_ns: crate::flight::epoch_ns(config.window_ns, config.threshold_ns),

@@ -45,8 +45,13 @@ pub(super) struct TickState {
     pub(super) last: WindowStats,
     pub(super) totals: Totals,
     /// The relative rule's baseline and pool (`crate::baseline`), if the
-    /// rule is on.
+    /// rule is on ...
     pub(super) learner: Option<Box<Learner>>,
+    /// ... the bucket it judges the next span by (`None` without it), and
+    /// whether its pool holds calls: kept here, so that a close with
+    /// nothing to learn or forget does not touch the learner.
+    pub(super) relative_index: Option<usize>,
+    pub(super) pooled: bool,
 }
 
 /// The threshold a window is judged by (and probes): the absolute one, or
@@ -118,7 +123,6 @@ struct Span {
     counts: Counts,
     in_flight: u64,
     latency: Option<LatencyQuantiles>,
-    hist: Option<Histogram>,
     windows: u64,
     closed_at: u64,
     counted_in: u64,
@@ -171,8 +175,13 @@ impl Inner {
         let Some((windows, closed_at)) = self.due_windows(ts, now) else {
             return;
         };
-        let span = self.drain_span(ts, windows, closed_at);
-        self.close_span(ts, span, now);
+        // The span's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
+        // the stack (filled only if the span has calls), read by
+        // `drain_span` for the quantiles and by `close_span` for the
+        // relative rule.
+        let mut hist: Option<Histogram> = None;
+        let span = self.drain_span(ts, windows, closed_at, &mut hist);
+        self.close_span(ts, span, hist.as_ref(), now);
     }
 
     /// Step 1: the close's time, published as `floor`.
@@ -221,19 +230,14 @@ impl Inner {
 
     /// Step 4: the span since the last drain, its in-flight calls claimed,
     /// and whether it may be judged.
-    fn drain_span(&self, ts: &mut TickState, windows: u64, closed_at: u64) -> Span {
+    fn drain_span(&self, ts: &mut TickState, windows: u64, closed_at: u64, hist: &mut Option<Histogram>) -> Span {
         let before = self.state.full_generation(self.state.load());
         let mut counts = Counts::default();
-        // The span's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
-        // the stack, and only if the span has calls.
-        let mut hist: Option<Histogram> = None;
         self.shards.drain(&mut counts, |key, n| {
             hist.get_or_insert_with(Histogram::new)
                 .add((key - KEY_OFFSET) as usize, n)
         });
         let latency = hist.as_ref().and_then(Histogram::quantiles);
-        // The histogram is kept for the relative rule only.
-        let hist = if self.config.relative.is_some() { hist } else { None };
         let after = self.state.load();
         let transitions = self.state.full_generation(after).wrapping_sub(ts.window_gen);
         let mut in_flight = 0;
@@ -262,7 +266,6 @@ impl Inner {
             counts,
             in_flight,
             latency,
-            hist,
             windows,
             closed_at,
             counted_in,
@@ -282,6 +285,7 @@ impl Inner {
         ts.clear_ring();
         if let Some(l) = ts.learner.as_deref_mut() {
             l.forget_pool();
+            ts.pooled = false;
         }
         ts.window_gen = before;
     }
@@ -294,12 +298,15 @@ impl Inner {
     /// Seeds the relative rule's baseline (`Some`, fixed point) or starts
     /// it cold (`None`); the threshold follows at once.
     pub(super) fn set_baseline(&self, units: Option<u64>) {
-        let mut ts = self.tick.lock();
+        let mut guard = self.tick.lock();
+        let ts = &mut *guard;
         if let (Some((rule, _)), Some(l)) = (self.config.relative.as_deref(), ts.learner.as_deref_mut()) {
             match units {
                 Some(u) => l.seed(rule, u),
                 None => l.reset(),
             }
+            ts.pooled = false;
+            ts.relative_index = Some(l.threshold_index(rule));
             self.threshold_ns
                 .store(effective_threshold(&self.config, Some(l)), Ordering::Relaxed);
         }
@@ -308,12 +315,11 @@ impl Inner {
     /// Step 5: records the closed span and, if it may be judged, applies
     /// the trip rule to it, as if its counts were spread evenly over its
     /// windows.
-    fn close_span(&self, ts: &mut TickState, span: Span, now: u64) {
+    fn close_span(&self, ts: &mut TickState, span: Span, hist: Option<&Histogram>, now: u64) {
         let Span {
             counts,
             in_flight,
             latency,
-            hist,
             windows,
             closed_at,
             counted_in,
@@ -326,11 +332,8 @@ impl Inner {
         // the span's histogram (exact: see `crate::baseline`). A call slower
         // than either threshold is slow; the two sets nest (both are cuts of
         // the same buckets), so their union is the larger count.
-        let relative = match (c.relative.as_deref(), ts.learner.as_deref()) {
-            (Some((rule, _)), Some(l)) => Some(l.threshold_index(rule)),
-            _ => None,
-        };
-        let relative_slow = relative.map(|j| hist.as_ref().map_or(0, |h| h.count_above(j)));
+        let relative = ts.relative_index;
+        let relative_slow = relative.map(|j| hist.map_or(0, |h| h.count_above(j)));
         let slow = relative_slow.map_or(absolute_slow, |r| r.max(counts.slow) + in_flight);
         let threshold = relative.map_or(c.threshold_ns, |j| c.threshold_ns.min(edge_ns(j)));
         ts.last = WindowStats {
@@ -348,7 +351,7 @@ impl Inner {
         ts.add_totals(calls, slow, &counts);
         if !judged {
             ts.clear_ring();
-            self.learn(ts, Lesson::Forget, hist.as_ref(), windows);
+            self.learn(ts, Lesson::Forget, hist, windows);
             return;
         }
         // Each window's share into the rolling ring, oldest first (windows
@@ -403,7 +406,7 @@ impl Inner {
             }
         });
         (ts.evidence, ts.evidence_windows) = evidence;
-        self.learn(ts, lesson, hist.as_ref(), windows);
+        self.learn(ts, lesson, hist, windows);
         if let (Some(next), Some(reason)) = (stored, reason) {
             ts.clear_ring();
             self.note(seen, next, reason, now);
@@ -413,14 +416,24 @@ impl Inner {
     /// Hands a closed span to the relative rule's baseline (nothing without
     /// the rule), and sets the threshold the next window is judged by.
     fn learn(&self, ts: &mut TickState, lesson: Lesson, hist: Option<&Histogram>, windows: u64) {
+        // Nothing to pool, nothing pooled to forget: the learner (a line or
+        // two of its own) is not touched, as for most idle windows.
+        match (lesson, hist) {
+            (Lesson::Learn, Some(_)) => {}
+            (Lesson::Forget, _) if ts.pooled => {}
+            _ => return,
+        }
         let (Some((rule, _)), Some(l)) = (self.config.relative.as_deref(), ts.learner.as_deref_mut()) else {
             return;
         };
         match (lesson, hist) {
-            (Lesson::Learn, Some(h)) => l.healthy(rule, h, windows),
-            (Lesson::Skip, _) | (Lesson::Learn, None) => {}
-            (Lesson::Forget, _) => l.forget_pool(),
+            (Lesson::Learn, Some(h)) => ts.pooled = l.healthy(rule, h, windows),
+            _ => {
+                l.forget_pool();
+                ts.pooled = false;
+            }
         }
+        ts.relative_index = Some(l.threshold_index(rule));
         self.threshold_ns
             .store(effective_threshold(&self.config, Some(l)), Ordering::Relaxed);
     }
@@ -479,6 +492,8 @@ mod tests {
             last: WindowStats::default(),
             totals: Totals::default(),
             learner: None,
+            relative_index: None,
+            pooled: false,
         }
     }
 
@@ -526,6 +541,8 @@ mod tests {
                 last: WindowStats::default(),
                 totals: Totals::default(),
                 learner: None,
+                relative_index: None,
+                pooled: false,
             };
             let mut pushed: Vec<(u64, u64)> = Vec::new();
             for i in 1..=12u64 {
