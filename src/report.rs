@@ -222,8 +222,10 @@ impl Rejected {
     /// OPEN, the time until the breaker next admits a probe; while
     /// HALF_OPEN with every probe slot taken, the time until the current
     /// probes' round is decided at the latest (the end of the earliest
-    /// probe's lease: by then it has answered, or been taken for slow). `None`
-    /// when forced open (an operator decides when it ends).
+    /// probe's lease: by then it has answered, or been taken for slow); in
+    /// a recovery ramp, one window or the rest of the ramp if sooner (by
+    /// then the share admitted has grown). `None` when forced open (an
+    /// operator decides when it ends).
     ///
     /// ```
     /// use std::time::Duration;
