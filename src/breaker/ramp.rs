@@ -28,7 +28,7 @@ use super::admission::Admit;
 use super::Inner;
 use crate::report::{Ramp, RejectReason, Rejected};
 use crate::state::{Decision, Word};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A recovery ramp's length and the state of the current one.
@@ -43,6 +43,10 @@ pub(super) struct RampCell {
     gen: AtomicU64,
     /// The ramp's admission decisions so far.
     seq: AtomicU64,
+    /// A ramp ended since the last window close took this flag: the span
+    /// that close judges was counted (in part) in a ramp, and is not
+    /// learned from (`window.rs`).
+    ended: AtomicBool,
 }
 
 impl RampCell {
@@ -53,6 +57,7 @@ impl RampCell {
             since: AtomicU64::new(0),
             gen: AtomicU64::new(u64::MAX),
             seq: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -111,12 +116,24 @@ impl Inner {
     /// The ramp of `word` is over: plain CLOSED, backoff level 0, the same
     /// generation. Nothing if the word moved on.
     fn end_ramp(&self, word: Word) {
-        self.state.update(|w| {
+        let (_, stored, ()) = self.state.update(|w| {
             if w != word {
                 return Decision::Keep(());
             }
             Decision::Set(w.without_ramp().with_level(0), ())
         });
+        if let (Some(ramp), Some(_)) = (self.ramp.as_deref(), stored) {
+            ramp.ended.store(true, Ordering::Release);
+        }
+    }
+
+    /// For window close, after its verdict: whether a ramp ended since the
+    /// last close asked (so the span just judged was counted, in part, in
+    /// a ramp). Clears the flag.
+    pub(super) fn ramp_ended_since_last_close(&self) -> bool {
+        self.ramp
+            .as_deref()
+            .is_some_and(|ramp| ramp.ended.swap(false, Ordering::AcqRel))
     }
 
     /// For window close: ends a ramp that ran its course by `now`.

@@ -351,6 +351,7 @@ impl Inner {
         ts.add_totals(calls, slow, &counts);
         if !judged {
             ts.clear_ring();
+            self.ramp_ended_since_last_close();
             self.learn(ts, Lesson::Forget, hist, windows);
             return;
         }
@@ -406,6 +407,11 @@ impl Inner {
             }
         });
         (ts.evidence, ts.evidence_windows) = evidence;
+        // A ramp that ended before the verdict (so the word judged was not
+        // ramping) still counted part of this span.
+        if self.ramp_ended_since_last_close() {
+            lesson = Lesson::Forget;
+        }
         self.learn(ts, lesson, hist, windows);
         if let (Some(next), Some(reason)) = (stored, reason) {
             ts.clear_ring();

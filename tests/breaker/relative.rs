@@ -446,3 +446,45 @@ fn bad_relative_settings_are_refused_by_name() {
         .unwrap_err();
     assert_eq!((err.field(), err.kind()), ("recovery_ramp", K::Zero));
 }
+
+/// A span counted during a recovery ramp teaches nothing, even when the
+/// ramp ended (at an admission) before the close that judges it: the ramp
+/// admits a consumer still recovering.
+#[test]
+fn a_span_counted_in_a_recovery_ramp_teaches_nothing() {
+    let clock = ManualClock::new();
+    let b = relative(&clock, RelativeLatency::new().initial_baseline(2 * MS))
+        .success_to_close(1)
+        .recovery_ramp(5 * SEC)
+        .build()
+        .unwrap();
+    let seeded = b.latency_baseline().unwrap();
+    b.trip_now();
+    next_window(&b, &clock); // t = 1 s: HALF_OPEN
+    b.allow().unwrap().record_latency(MS, true); // into the ramp, until t = 6 s
+    next_window(&b, &clock); // the span straddling the recovery: not judged
+                             // 3 ms calls: healthy (under 4 ms) and above the baseline: learned,
+                             // they would raise it. Three windows in the ramp, then one that ends
+                             // with the ramp's end, at an admission.
+    let calls = |b: &Breaker| {
+        for _ in 0..1000 {
+            if let Ok(p) = b.allow() {
+                p.record_latency(3 * MS, true);
+            }
+        }
+    };
+    for _ in 0..3 {
+        calls(&b);
+        next_window(&b, &clock);
+    }
+    calls(&b);
+    clock.advance(SEC); // t = 6 s
+    calls(&b); // the first of these ends the ramp
+    assert_eq!(b.snapshot().ramp, None);
+    b.tick();
+    assert_eq!(b.latency_baseline(), Some(seeded), "a ramp's spans are not learned");
+    // The next span, all after the ramp, is.
+    calls(&b);
+    next_window(&b, &clock);
+    assert!(b.latency_baseline().unwrap() > seeded);
+}
