@@ -570,8 +570,9 @@ impl Breaker {
         self.inner.set_baseline(None);
     }
 
-    /// Sets the relative rule's baseline, warm (it judges from the next
-    /// window on): for a restart, from the last
+    /// Sets the relative rule's baseline, warm (the window in progress is
+    /// judged by it at its close, with the calls it counted before the
+    /// seed): for a restart, from the last
     /// [`latency_baseline`](Self::latency_baseline), or an operator's
     /// known healthy value. Taken to the sketch's resolution.
     ///

@@ -280,9 +280,25 @@ impl Inner {
     pub(super) fn forget_counts(&self, ts: &mut TickState) {
         let before = self.state.full_generation(self.state.load());
         let mut counts = Counts::default();
-        self.shards.drain(&mut counts, |_, _| {});
-        ts.add_totals(counts.calls, counts.slow, &counts);
+        // With the relative rule, the slow calls are counted as a close
+        // counts them: slower than the lower threshold.
+        let mut relative_slow = 0;
+        match ts.relative_index {
+            Some(j) => {
+                let mut hist: Option<Histogram> = None;
+                self.shards.drain(&mut counts, |key, n| {
+                    hist.get_or_insert_with(Histogram::new)
+                        .add((key - KEY_OFFSET) as usize, n)
+                });
+                relative_slow = hist.map_or(0, |h| h.count_above(j));
+            }
+            None => self.shards.drain(&mut counts, |_, _| {}),
+        }
+        ts.add_totals(counts.calls, counts.slow.max(relative_slow), &counts);
         ts.clear_ring();
+        // Whatever ramp ended before the reset, nothing after it was
+        // counted in that ramp.
+        self.ramp_ended_since_last_close();
         if let Some(l) = ts.learner.as_deref_mut() {
             l.forget_pool();
             ts.pooled = false;

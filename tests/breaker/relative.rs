@@ -488,3 +488,40 @@ fn a_span_counted_in_a_recovery_ramp_teaches_nothing() {
     next_window(&b, &clock);
     assert!(b.latency_baseline().unwrap() > seeded);
 }
+
+/// A reset drains the window in progress into the totals as a close would
+/// count it: its slow calls are those slower than the window's (relative)
+/// threshold. And a ramp that ended before a reset does not keep the span
+/// after the reset from being learned.
+///
+/// Regression (issue 18's reference model: both found by the property test).
+#[test]
+fn a_reset_counts_and_forgets_as_a_close_would() {
+    let clock = ManualClock::new();
+    let b = relative(&clock, RelativeLatency::new().initial_baseline(2 * MS))
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        b.allow().unwrap().record_latency(10 * MS, true); // over 4 ms
+    }
+    b.reset();
+    assert_eq!(b.snapshot().totals.slow, 10);
+
+    let r = relative(&clock, RelativeLatency::new().warmup(1))
+        .success_to_close(1)
+        .recovery_ramp(SEC / 2)
+        .build()
+        .unwrap();
+    r.trip_now();
+    next_window(&r, &clock);
+    r.allow().unwrap().record_latency(MS, true); // into the ramp
+    next_window(&r, &clock);
+    r.allow().ok(); // past the ramp's end: this ends it
+    assert_eq!(r.snapshot().ramp, None);
+    r.reset();
+    for _ in 0..1000 {
+        r.allow().unwrap().record_latency(3 * MS, true);
+    }
+    next_window(&r, &clock);
+    assert!(r.latency_baseline().is_some(), "the span after the reset is learned");
+}

@@ -351,11 +351,6 @@ struct RampRun {
     decisions: u64,
 }
 
-/// The two places the model follows known bugs of the crate (both in
-/// `reset`, each named there); `false` is the documented rule.
-const RESET_SLOW_IS_ABSOLUTE_ONLY: bool = true;
-const RESET_KEEPS_AN_ENDED_RAMP: bool = true;
-
 /// What a permit of the model is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Permit {
@@ -448,9 +443,6 @@ pub struct Breaker {
     /// ... and whether the window in progress was, at some time (a span
     /// counted even in part in a ramp teaches the baseline nothing).
     span_in_ramp: bool,
-    /// Whether a ramp ran its course since the last close (for the known
-    /// bug `RESET_KEEPS_AN_ENDED_RAMP` only).
-    ramp_ran_out: bool,
 }
 
 impl Breaker {
@@ -506,7 +498,6 @@ impl Breaker {
             learner,
             ramp: None,
             span_in_ramp: false,
-            ramp_ran_out: false,
         };
         // Before the first close, the threshold the first window will be
         // judged by.
@@ -705,7 +696,6 @@ impl Breaker {
     /// The ramp is over: plain CLOSED, backoff level 0; not a transition.
     fn end_ramp(&mut self) {
         self.ramp = None;
-        self.ramp_ran_out = true;
         self.level = 0;
     }
 
@@ -885,24 +875,14 @@ impl Breaker {
             self.level = 0;
             self.ramp = None;
             // The span in progress is forgotten: the next one begins here,
-            // after any ramp. KNOWN BUG (reported, `src/` not changed here):
-            // a ramp that ran its course (ended at an admission) since the
-            // last close still keeps the crate's next close from learning
-            // (its "ramp ended" flag survives the reset), though that span
-            // is counted wholly after the ramp. The model follows it until
-            // it is fixed.
-            self.span_in_ramp = RESET_KEEPS_AN_ENDED_RAMP && self.ramp_ran_out;
+            // after any ramp (a ramp that ended since the last close was
+            // in the forgotten span).
+            self.span_in_ramp = false;
             let counts = std::mem::take(&mut self.pending);
             let hist = std::mem::replace(&mut self.pending_hist, empty_histogram());
             let (slow, _, _) = self.judged_slow(&counts, &hist);
-            // KNOWN BUG (reported, `src/` not changed here): the crate's
-            // reset drains the window in progress into the totals with the
-            // absolute threshold's slow count only (`forget_counts` keeps no
-            // histogram), where a window close counts the calls slower than
-            // the window's threshold (with the relative rule, the lower
-            // one). Until it is fixed the model follows the crate here, and
-            // here only; `RESET_SLOW_IS_ABSOLUTE_ONLY = false` is the rule.
-            let slow = if RESET_SLOW_IS_ABSOLUTE_ONLY { counts.slow } else { slow };
+            // Into the totals as a close counts them: slower than the
+            // window's threshold (with the relative rule, the lower one).
             self.totals.calls += counts.calls;
             self.totals.errors += counts.errors;
             self.totals.slow += slow;
@@ -972,7 +952,6 @@ impl Breaker {
         self.close_span(counts, &hist, due, newest_end, now, judged);
         self.window_generation = before;
         self.span_in_ramp = self.ramp.is_some();
-        self.ramp_ran_out = false;
     }
 
     fn sum(&self, n: usize) -> (u64, u64) {
