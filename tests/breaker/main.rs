@@ -19,6 +19,7 @@ mod events;
 mod generation_wrap;
 mod half_open;
 mod handles;
+mod hostile_adaptive;
 mod in_flight;
 mod leases;
 mod overrides;
