@@ -14,13 +14,19 @@
 //! above it), clamped to the edges at or above `floor` and `ceiling`; a
 //! call is slow by the relative rule when it lies in a bucket above the
 //! threshold's, which is exactly "slower than [`edge_ns`] of that bucket".
+//! A baseline in nanoseconds is measured on the same edges
+//! ([`ns_of_units`]): a whole bucket index is its bucket's edge, so a
+//! baseline read and seeded back (a restart) gives the same threshold.
+//! The sketch resolves 1 µs to 68.7 s: a baseline below 1 µs counts as
+//! 1 µs, and no relative threshold is above 68.7 s.
 //!
 //! # Learning
 //! An *observation* is the `q`-quantile (the rule's own quantile) of at
 //! least [`samples`] calls pooled from consecutive healthy windows: dense
 //! (at least `min_calls` calls a window), judged (CLOSED in its own
-//! generation, normal or metrics-only mode, not in a recovery ramp) and not
-//! breaching. A window the rule may not judge, or one that breaches, empties
+//! generation, normal or metrics-only mode, not in a recovery ramp nor the
+//! window after one), not breaching, and with at most 10% of its calls
+//! failed ([`MAX_ERROR_PPB`]). A window the rule may not judge, or one that breaches, empties
 //! the pool: nothing from an outage, a probe, a forced mode, a ramp or a
 //! stale verdict is learned, and no pool straddles one. A sparse window
 //! (under `min_calls`) neither adds to the pool nor empties it.
@@ -41,8 +47,13 @@
 //! after about 30 minutes). A ramp at `r` or slower is followed, not caught,
 //! until it reaches the ceiling.
 
-use crate::sketch::{edge_ns, Histogram, KEY_OFFSET, TOP};
+use crate::sketch::{edge_ns, key_index, Histogram, TOP};
 use crate::trip::PPB;
+
+/// A span with more than this fraction of its calls failed (parts per
+/// billion: 10%) teaches nothing: fast failures would teach a baseline the
+/// consumer's good calls never meet.
+pub(crate) const MAX_ERROR_PPB: u64 = PPB / 10;
 
 /// Fixed-point bits of a baseline: `1 << FRAC` is one bucket.
 pub(crate) const FRAC: u32 = 32;
@@ -57,26 +68,54 @@ pub(crate) fn samples(slow_ppb: u64) -> u64 {
     (10 * PPB).div_ceil(slow_ppb).clamp(100, 1_000_000)
 }
 
-/// A latency in nanoseconds as a fractional bucket index (fixed point),
-/// within `[0, TOP]`.
-pub(crate) fn units_of_ns(ns: u64) -> u64 {
-    let key = 8.0 * (ns.max(1) as f64).log2() - f64::from(KEY_OFFSET);
-    (key.clamp(0.0, TOP as f64) * ONE as f64) as u64
+/// A fractional bucket index (fixed point) as nanoseconds: a whole index
+/// `j` is its bucket's upper edge, [`edge_ns`]`(j)` exactly (the largest
+/// latency the hot path places in it), and a fraction `f` of the way to
+/// the next is `edge(j) × (edge(j + 1) / edge(j))^f`. At most the last
+/// ordinary bucket's edge (68.7 s).
+pub(crate) fn ns_of_units(units: u64) -> u64 {
+    let j = ((units >> FRAC) as usize).min(TOP - 1);
+    let lo = edge_ns(j) as f64;
+    if j + 1 >= TOP {
+        return lo as u64;
+    }
+    let f = (units & (ONE - 1)) as f64 / ONE as f64;
+    let hi = edge_ns(j + 1) as f64;
+    (lo * (hi / lo).powf(f)).round() as u64
 }
 
-/// A fractional bucket index (fixed point) as nanoseconds:
-/// `2^((KEY_OFFSET + index) / 8)`, the upper edge of the bucket for a whole
-/// index.
-pub(crate) fn ns_of_units(units: u64) -> u64 {
-    let key = f64::from(KEY_OFFSET) + units as f64 / ONE as f64;
-    2f64.powf(key / 8.0).round().min(u64::MAX as f64) as u64
+/// A latency in nanoseconds as a fractional bucket index (fixed point):
+/// the inverse of [`ns_of_units`] (to its rounding), 0 at or below the
+/// first bucket's edge, at most the last ordinary bucket's.
+pub(crate) fn units_of_ns(ns: u64) -> u64 {
+    let b = key_index(ns).min(TOP - 1);
+    let e = edge_ns(b);
+    if b == 0 || ns >= e {
+        return (b as u64) << FRAC;
+    }
+    // edge(b − 1) < ns < edge(b).
+    let lo = edge_ns(b - 1) as f64;
+    let f = ((ns as f64) / lo).ln() / ((e as f64) / lo).ln();
+    (((b - 1) as u64) << FRAC) + (f.clamp(0.0, 1.0) * ONE as f64).round().min((ONE - 1) as f64) as u64
+}
+
+/// The most a baseline rises per window of `window_ns`, fixed point, for a
+/// bound of `per_hour` (at least 1), rounded down. A baseline in
+/// nanoseconds is measured on the table's edges, each within 1/256 of its
+/// nominal `2^(k/8)`: the bound is taken `(1 + 1/256)^2` lower in buckets,
+/// so that it holds in nanoseconds wherever the baseline sits.
+pub(crate) fn rise_per_window(per_hour: f64, window_ns: u64) -> u64 {
+    let slack = (1.0 + 1.0 / 256.0f64).powi(2);
+    let buckets_per_hour = (8.0 * (per_hour / slack).log2()).max(0.0);
+    let per_window = buckets_per_hour * window_ns as f64 / 3.6e12;
+    (per_window * ONE as f64).floor() as u64
 }
 
 /// The relative rule's settings, in the units it computes with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Relative {
-    /// `8 · log2 k`, fixed point: what `k ×` adds to a bucket index.
-    pub(crate) multiplier: u64,
+    /// `k`.
+    pub(crate) multiplier: f64,
     /// The bucket whose edge is the first at or above the floor.
     pub(crate) floor_index: usize,
     /// The bucket whose edge is the first at or above the ceiling.
@@ -148,7 +187,13 @@ impl Learner {
         if !self.warm(r) {
             return r.ceiling_index;
         }
-        let j = self.baseline.saturating_add(r.multiplier).div_ceil(ONE) as usize;
+        // The first edge at or above k × the baseline as reported.
+        let target = (r.multiplier * ns_of_units(self.baseline) as f64).ceil();
+        let j = if target >= edge_ns(TOP - 1) as f64 {
+            TOP - 1
+        } else {
+            key_index(target as u64)
+        };
         j.clamp(r.floor_index, r.ceiling_index)
     }
 
@@ -210,7 +255,7 @@ impl Learner {
 
     /// Starts from the baseline `units` (fixed point), warm.
     pub(crate) fn seed(&mut self, r: &Relative, units: u64) {
-        self.baseline = units.min((TOP as u64) << FRAC);
+        self.baseline = units.min(((TOP - 1) as u64) << FRAC);
         self.observations = r.warmup.max(1);
         self.forget_pool();
     }
@@ -225,10 +270,10 @@ mod tests {
     /// 1 s windows, 5 warmup observations.
     fn rule() -> Relative {
         Relative {
-            multiplier: 8 << FRAC,
+            multiplier: 2.0,
             floor_index: key_index(1_000_000),
             ceiling_index: key_index(1_000_000_000),
-            rise_per_window: ((8.0 * 1.5f64.log2() / 3600.0) * ONE as f64) as u64,
+            rise_per_window: rise_per_window(1.5, 1_000_000_000),
             samples: samples(10_000_000),
             warmup: 5,
             initial: None,
@@ -326,7 +371,7 @@ mod tests {
         }
         let b = l.baseline().unwrap();
         let ratio = ns_of_units(b) as f64 / ns_of_units(start) as f64;
-        assert!(ratio <= 1.5 && ratio > 1.49, "{ratio}");
+        assert!(ratio <= 1.5 && ratio > 1.48, "{ratio}");
         // A pool over several windows rises by that many windows' worth.
         let mut m = Learner::new(&r);
         m.seed(&r, start);
@@ -349,24 +394,48 @@ mod tests {
 
     #[test]
     fn units_and_nanoseconds_round_trip() {
-        for ns in [2_000u64, 1_000_000, 50_000_000, 3_000_000_000] {
+        for ns in [2_000u64, 1_000_000, 1_048_575, 1_048_576, 50_000_000, 3_000_000_000] {
             let back = ns_of_units(units_of_ns(ns));
-            assert!((back as f64 / ns as f64 - 1.0).abs() < 1e-6, "{ns}: {back}");
+            assert!(back.abs_diff(ns) <= 1, "{ns}: {back}");
+        }
+        // A whole index is its bucket's edge, exactly.
+        for b in [0usize, 8, 80, 150, TOP - 1] {
+            assert_eq!(ns_of_units((b as u64) << FRAC), edge_ns(b), "{b}");
+            assert_eq!(units_of_ns(edge_ns(b)), (b as u64) << FRAC, "{b}");
         }
         assert_eq!(units_of_ns(0), 0);
         assert_eq!(units_of_ns(1), 0);
-        assert_eq!(units_of_ns(u64::MAX), (TOP as u64) << FRAC);
-        // A whole index is its bucket's upper edge, to the table's 1/256.
-        for b in [8usize, 80, 150] {
-            let e = edge_ns(b) as f64;
-            let u = ns_of_units((b as u64) << FRAC) as f64;
-            assert!((e / u - 1.0).abs() < 1.0 / 256.0, "{b}");
-        }
+        assert_eq!(units_of_ns(u64::MAX), ((TOP - 1) as u64) << FRAC);
         let r = rule();
         let mut l = Learner::new(&r);
         l.seed(&r, u64::MAX);
-        assert_eq!(l.baseline(), Some((TOP as u64) << FRAC));
+        assert_eq!(l.baseline(), Some(((TOP - 1) as u64) << FRAC));
         l.reset();
         assert_eq!((l.baseline(), l.threshold_index(&r)), (None, r.ceiling_index));
+    }
+
+    /// The threshold is the first edge at or above k × the baseline as
+    /// reported, and a baseline read and seeded back gives the same one.
+    #[test]
+    fn the_threshold_is_at_or_above_k_times_the_reported_baseline_and_survives_a_restart() {
+        let r = rule();
+        let mut ns = 1_000_000u64;
+        while ns < 500_000_000 {
+            let mut l = Learner::new(&r);
+            l.seed(&r, units_of_ns(ns));
+            let reported = ns_of_units(l.baseline().unwrap());
+            let j = l.threshold_index(&r);
+            if j > r.floor_index && j < r.ceiling_index {
+                assert!(edge_ns(j) as f64 >= 2.0 * reported as f64, "{ns}");
+                assert!(
+                    (edge_ns(j - 1) as f64) < 2.0 * reported as f64,
+                    "{ns}: the first such edge"
+                );
+            }
+            let mut again = Learner::new(&r);
+            again.seed(&r, units_of_ns(reported));
+            assert_eq!(again.threshold_index(&r), j, "{ns}: restarted from {reported}");
+            ns += ns / 37 + 1;
+        }
     }
 }

@@ -145,6 +145,9 @@ impl fmt::Debug for BreakerBuilder {
 /// far beyond any sensible setting, and small enough that sums of these
 /// values never approach `u64` nanoseconds.
 const MAX_SPAN: Duration = Duration::from_secs(3600);
+/// Highest ceiling of the relative rule accepted: within the latency
+/// sketch's range (its last ordinary bucket ends at 68.7 s).
+const MAX_CEILING: Duration = Duration::from_secs(60);
 /// Longest backoff or probe lease accepted (one day).
 const MAX_BACKOFF: Duration = Duration::from_secs(86_400);
 /// Shortest window accepted.
@@ -1165,7 +1168,7 @@ impl BreakerBuilder {
             relative: relative.map(|(rule, given)| {
                 Box::new((
                     Relative {
-                        rise_per_window: rise_per_window(given.max_rise_per_hour, window_ns),
+                        rise_per_window: baseline::rise_per_window(given.max_rise_per_hour, window_ns),
                         ..rule
                     },
                     given,
@@ -1197,14 +1200,6 @@ fn quantile_or_default(q: f64) -> u64 {
     } else {
         ppb(q)
     }
-}
-
-/// The most a baseline rises per window of `window_ns`, fixed point, for a
-/// bound of `per_hour` (at least 1): rounded down, so that the bound holds.
-fn rise_per_window(per_hour: f64, window_ns: u64) -> u64 {
-    let buckets_per_hour = 8.0 * per_hour.log2();
-    let per_window = buckets_per_hour * window_ns as f64 / 3.6e12;
-    (per_window * (1u64 << baseline::FRAC) as f64).floor() as u64
 }
 
 impl BreakerBuilder {
@@ -1257,14 +1252,28 @@ impl BreakerBuilder {
         if ceiling < Duration::from_micros(1) {
             return bad(
                 if ceiling.is_zero() { K::Zero } else { K::OutOfRange },
-                format!("ceiling({ceiling:?}) must be at least 1µs (accepted: 1µs to {MAX_SPAN:?})"),
+                format!("ceiling({ceiling:?}) must be at least 1µs (accepted: 1µs to {MAX_CEILING:?})"),
             );
         }
-        if ceiling > MAX_SPAN {
+        if ceiling > MAX_CEILING {
             return bad(
                 K::TooLarge,
-                format!("ceiling({ceiling:?}) must be at most {MAX_SPAN:?} (accepted: 1µs to {MAX_SPAN:?})"),
+                format!(
+                    "ceiling({ceiling:?}) must be at most {MAX_CEILING:?}, within the latency sketch's 68.7 s \
+                     (accepted: 1µs to {MAX_CEILING:?})"
+                ),
             );
+        }
+        if self.explicit.latency_threshold && self.latency_threshold > ceiling {
+            return Err(ConfigError::new(
+                "latency_threshold",
+                K::Inconsistent,
+                format!(
+                    "latency_threshold({:?}) is above the relative rule's ceiling ({ceiling:?}): a call slower \
+                     than the ceiling is slow already; lower latency_threshold or raise the ceiling",
+                    self.latency_threshold
+                ),
+            ));
         }
         if r.floor > ceiling {
             return bad(
@@ -1308,7 +1317,7 @@ impl BreakerBuilder {
         };
         let edge_at_or_above = |d: Duration| crate::sketch::key_index(duration_nanos_saturating(d));
         Ok(Relative {
-            multiplier: (8.0 * k.log2() * (1u64 << baseline::FRAC) as f64).round() as u64,
+            multiplier: k,
             floor_index: edge_at_or_above(r.floor),
             ceiling_index: edge_at_or_above(ceiling),
             rise_per_window: 0,

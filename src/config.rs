@@ -84,17 +84,21 @@ pub struct RelativeLatency {
     pub multiplier: f64,
     /// The threshold never goes below this (default 1 ms; accepted: zero,
     /// for no floor, up to the ceiling): a consumer at 50 µs is not shed
-    /// at 100 µs.
+    /// at 100 µs. The sketch resolves latencies from 1 µs: with no floor, a
+    /// baseline below 1 µs counts as 1 µs (a threshold of about `k` µs).
     pub floor: Duration,
     /// The threshold never goes above this (default 1 s; accepted: 1 µs to
-    /// 1 h): whatever the baseline learned, a call slower than this is
-    /// slow, and it is the threshold of a cold start. Without an explicit
+    /// 60 s, within the latency sketch's range): whatever the baseline
+    /// learned, a call slower than this is slow, and it is the threshold of
+    /// a cold start. Without an explicit
     /// [`latency_threshold`](crate::BreakerBuilder::latency_threshold) it is
-    /// the absolute threshold too.
+    /// the absolute threshold too (exact, to the nanosecond); an explicit
+    /// one may be lower, not higher.
     pub ceiling: Duration,
     /// The most the baseline rises in an hour of healthy windows, as a
     /// factor (default 1.5; accepted: 1, for never, to 1000). It falls
-    /// without such a bound.
+    /// without such a bound. (Kept 0.8% under the factor in the sketch's
+    /// buckets, so that it holds in nanoseconds wherever the baseline is.)
     pub max_rise_per_hour: f64,
     /// Observations averaged into the first baseline, during which the rule
     /// judges by the ceiling (default 5; accepted: 1 to 1000).

@@ -265,6 +265,7 @@ impl Breaker {
                     .zip(learner.as_deref())
                     .map(|((r, _), l)| l.threshold_index(r)),
                 pooled: false,
+                ramp_spans: 0,
                 learner,
             }),
             epoch_ns: crate::flight::epoch_ns(config.window_ns, config.threshold_ns),
@@ -817,9 +818,16 @@ impl Inner {
     }
 
     fn snapshot(&self) -> Snapshot {
-        let (last, totals, latency_baseline) = {
+        // The baseline and the threshold it gives are both set under the
+        // tick lock: read together.
+        let (last, totals, latency_baseline, threshold_ns) = {
             let ts = self.tick.lock();
-            (ts.last, ts.totals, ts.learner.as_deref().and_then(Learner::baseline))
+            (
+                ts.last,
+                ts.totals,
+                ts.learner.as_deref().and_then(Learner::baseline),
+                self.threshold_ns.load(Ordering::Relaxed),
+            )
         };
         let word = self.state.load();
         let now = self.now();
@@ -857,7 +865,7 @@ impl Inner {
             totals,
             flapping: self.flapping.load(Ordering::Acquire),
             limits: self.limits(),
-            latency_threshold: Duration::from_nanos(self.threshold_ns.load(Ordering::Relaxed)),
+            latency_threshold: Duration::from_nanos(threshold_ns),
             latency_baseline: latency_baseline.map(|u| Duration::from_nanos(crate::baseline::ns_of_units(u))),
             ramp: self.ramp_status(word, now),
         }

@@ -43,9 +43,9 @@ pub(super) struct RampCell {
     gen: AtomicU64,
     /// The ramp's admission decisions so far.
     seq: AtomicU64,
-    /// A ramp ended since the last window close took this flag: the span
-    /// that close judges was counted (in part) in a ramp, and is not
-    /// learned from (`window.rs`).
+    /// A ramp ended at an admission since the last window close took this
+    /// flag: the span that close judges was counted (in part) in a ramp,
+    /// and so may the next be (`window.rs`).
     ended: AtomicBool,
 }
 
@@ -102,7 +102,10 @@ impl Inner {
             None => 0,
         };
         if elapsed >= ramp_ns {
-            self.end_ramp(word);
+            if self.end_ramp(word) {
+                // For the next window close: its span was the ramp's.
+                ramp.ended.store(true, Ordering::Release);
+            }
             return Admit::Retry(self.state.load());
         }
         let n = ramp.seq.fetch_add(1, Ordering::Relaxed);
@@ -115,16 +118,14 @@ impl Inner {
 
     /// The ramp of `word` is over: plain CLOSED, backoff level 0, the same
     /// generation. Nothing if the word moved on.
-    fn end_ramp(&self, word: Word) {
+    fn end_ramp(&self, word: Word) -> bool {
         let (_, stored, ()) = self.state.update(|w| {
             if w != word {
                 return Decision::Keep(());
             }
             Decision::Set(w.without_ramp().with_level(0), ())
         });
-        if let (Some(ramp), Some(_)) = (self.ramp.as_deref(), stored) {
-            ramp.ended.store(true, Ordering::Release);
-        }
+        stored.is_some()
     }
 
     /// For window close, after its verdict: whether a ramp ended since the
@@ -136,18 +137,16 @@ impl Inner {
             .is_some_and(|ramp| ramp.ended.swap(false, Ordering::AcqRel))
     }
 
-    /// For window close: ends a ramp that ran its course by `now`.
-    pub(super) fn end_ramp_if_due(&self, now: u64) {
+    /// For window close: ends a ramp that ran its course by `now`; returns
+    /// whether it did.
+    pub(super) fn end_ramp_if_due(&self, now: u64) -> bool {
         let word = self.state.load();
         let Some(ramp) = self.ramp.as_deref().filter(|_| word.ramping()) else {
-            return;
+            return false;
         };
-        if ramp
-            .published(word)
+        ramp.published(word)
             .is_some_and(|since| now.saturating_sub(since) >= ramp.ramp_ns)
-        {
-            self.end_ramp(word);
-        }
+            && self.end_ramp(word)
     }
 
     /// After the CAS into the ramp `to` at `now`: publishes its start,

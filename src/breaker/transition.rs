@@ -186,7 +186,10 @@ impl Inner {
             if w.mode() == mode {
                 return Decision::Keep(());
             }
-            Decision::Set(w.transition(state, mode), ())
+            // An override ends a recovery ramp, and with it the level the
+            // ramp kept (as a ramp that runs its course does).
+            let next = w.transition(state, mode);
+            Decision::Set(if w.ramping() { next.with_level(0) } else { next }, ())
         });
         if let Some(next) = stored {
             self.note(seen, next, reason, self.now_floored(self.clock.raw()));

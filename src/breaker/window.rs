@@ -52,6 +52,9 @@ pub(super) struct TickState {
     /// nothing to learn or forget does not touch the learner.
     pub(super) relative_index: Option<usize>,
     pub(super) pooled: bool,
+    /// Spans still to judge as a recovery ramp's after it ended (its last
+    /// span and the next: see `close_span`).
+    pub(super) ramp_spans: u8,
 }
 
 /// The threshold a window is judged by (and probes): the absolute one, or
@@ -148,8 +151,8 @@ impl Inner {
     ///    outside a close until the next one, reads time at least this
     ///    late, so nothing can be dated before what this close acts on.
     /// 2. [`expire`](Self::expire): an OPEN whose backoff ended moves to
-    ///    HALF_OPEN, a recovery ramp that ran its course ends, a probe out
-    ///    past its lease re-opens, an aged-out flapping flag clears. Before the windows: the span judged below
+    ///    HALF_OPEN, a probe out past its lease re-opens, an aged-out
+    ///    flapping flag clears. Before the windows: the span judged below
     ///    must see the state these leave (a span that straddles one of
     ///    these transitions is not judged).
     /// 3. [`due_windows`](Self::due_windows): nothing more until the
@@ -169,12 +172,26 @@ impl Inner {
     ///    the span was counted in; then the relative rule's baseline learns
     ///    from it if it was judged healthy (`crate::baseline`) and the next
     ///    window's threshold is set.
+    ///
+    /// Then a recovery ramp that has run its course ends (not a
+    /// transition): after the span it counted was judged as a ramp's.
     fn tick_locked(&self, ts: &mut TickState) {
         let now = self.advance_time(ts);
         self.expire(now);
-        let Some((windows, closed_at)) = self.due_windows(ts, now) else {
-            return;
-        };
+        if let Some((windows, closed_at)) = self.due_windows(ts, now) {
+            self.close_windows(ts, windows, closed_at, now);
+        }
+        // A ramp that ran its course ends after the span is judged: the
+        // span was counted in it (a trip re-opens with the next backoff,
+        // the baseline learns nothing), and so, in part, is the next one.
+        if self.end_ramp_if_due(now) {
+            ts.ramp_spans = 1;
+        }
+    }
+
+    /// Steps 4 and 5, for `windows` windows, the newest ending at
+    /// `closed_at`.
+    fn close_windows(&self, ts: &mut TickState, windows: u64, closed_at: u64, now: u64) {
         // The span's histogram: DDSketch keys (γ = 2^(1/8)) and counts, on
         // the stack (filled only if the span has calls), read by
         // `drain_span` for the quantiles and by `close_span` for the
@@ -202,8 +219,6 @@ impl Inner {
     fn expire(&self, now: u64) {
         // OPEN whose backoff ran out: HALF_OPEN now, even with no caller.
         self.half_open_if_due(now);
-        // A recovery ramp that has run its course ends, even with no caller.
-        self.end_ramp_if_due(now);
         // HALF_OPEN with a probe out past its lease.
         self.lease_expired(self.state.load(), now);
         if self.flapping.load(Ordering::Relaxed)
@@ -299,6 +314,7 @@ impl Inner {
         // Whatever ramp ended before the reset, nothing after it was
         // counted in that ramp.
         self.ramp_ended_since_last_close();
+        ts.ramp_spans = 0;
         if let Some(l) = ts.learner.as_deref_mut() {
             l.forget_pool();
             ts.pooled = false;
@@ -365,9 +381,16 @@ impl Inner {
             threshold: Duration::from_nanos(threshold),
         };
         ts.add_totals(calls, slow, &counts);
+        // A ramp that ended (at an admission) since the last close: this
+        // span was counted in part in it, and the next one may hold calls
+        // it admitted. Both are judged as the ramp's.
+        if self.ramp_ended_since_last_close() {
+            ts.ramp_spans = 2;
+        }
+        let after_ramp = ts.ramp_spans > 0;
+        ts.ramp_spans = ts.ramp_spans.saturating_sub(1);
         if !judged {
             ts.clear_ring();
-            self.ramp_ended_since_last_close();
             self.learn(ts, Lesson::Forget, hist, windows);
             return;
         }
@@ -389,8 +412,10 @@ impl Inner {
         let mut evidence = (ts.evidence, ts.evidence_windows);
         let mut lesson = Lesson::Forget;
         let dense = calls > 0 && calls >= c.rule.min_calls.saturating_mul(windows);
+        let failing = trip::exceeds(counts.errors.min(calls), calls, crate::baseline::MAX_ERROR_PPB);
         let (seen, stored, reason) = self.state.update(|w| {
             lesson = Lesson::Forget;
+            let in_ramp = w.ramping() || after_ramp;
             if w.state() != State::Closed || self.state.full_generation(w) != gen {
                 return Decision::Keep(None);
             }
@@ -408,12 +433,13 @@ impl Inner {
             };
             let verdict = trip::judge(&c.rule, &input);
             evidence = (verdict.evidence, verdict.evidence_windows);
-            if verdict.trip.is_none() && verdict.breaches == 0 && !w.ramping() {
+            if verdict.trip.is_none() && verdict.breaches == 0 && !in_ramp && !failing {
                 lesson = if dense { Lesson::Learn } else { Lesson::Skip };
             }
             match verdict.trip {
-                // A trip during a recovery ramp re-opens with the next backoff.
-                Some(r) if w.ramping() => Decision::Set(
+                // A trip during a recovery ramp (or in the span after it)
+                // re-opens with the next backoff.
+                Some(r) if in_ramp => Decision::Set(
                     w.transition(State::Open, w.mode())
                         .with_level(w.level().saturating_add(1)),
                     Some(r),
@@ -423,11 +449,6 @@ impl Inner {
             }
         });
         (ts.evidence, ts.evidence_windows) = evidence;
-        // A ramp that ended before the verdict (so the word judged was not
-        // ramping) still counted part of this span.
-        if self.ramp_ended_since_last_close() {
-            lesson = Lesson::Forget;
-        }
         self.learn(ts, lesson, hist, windows);
         if let (Some(next), Some(reason)) = (stored, reason) {
             ts.clear_ring();
@@ -516,6 +537,7 @@ mod tests {
             learner: None,
             relative_index: None,
             pooled: false,
+            ramp_spans: 0,
         }
     }
 
@@ -565,6 +587,7 @@ mod tests {
                 learner: None,
                 relative_index: None,
                 pooled: false,
+                ramp_spans: 0,
             };
             let mut pushed: Vec<(u64, u64)> = Vec::new();
             for i in 1..=12u64 {

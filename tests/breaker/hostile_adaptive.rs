@@ -4,12 +4,12 @@
 //! (`BreakerBuilder::recovery_ramp`, `src/breaker/ramp.rs`).
 //!
 //! The first part holds the findings: each test is a promise a doc
-//! sentence makes (quoted in its doc, with the values observed and the
-//! ones expected), fails today, and is ignored with its finding's number
-//! so that the suite stays green; run them with
-//! `cargo test --all-features --test breaker hostile_adaptive -- --ignored`.
-//! The second part holds the attacks that did not break anything, kept as
-//! regression tests (they pass).
+//! sentence makes (quoted in its doc, with the values observed when it
+//! was found and the ones expected); each failed on the code it was found
+//! on and passes since its fix (the fixed behaviour, where the fix was a
+//! refusal or a documented limit, is what it now holds). The second part
+//! holds the attacks that did not break anything, kept as regression
+//! tests.
 //!
 //! Manual clock (or the hook clock, to put an action at one instant), no
 //! sleeps.
@@ -86,8 +86,9 @@ fn healthy_window(b: &Breaker, clock: &ManualClock, latency: Duration) {
 ///
 /// Reproduce: `cargo test --all-features --test breaker
 /// hostile_adaptive::fast_failures -- --ignored`.
+///
+/// Regression (issue 18's hostile review, finding 1).
 #[test]
-#[ignore = "finding 1: an outage of fast failures poisons the baseline; the recovered consumer is held OPEN for ever"]
 fn fast_failures_poison_the_baseline_and_the_recovered_consumer_never_closes() {
     let clock = ManualClock::new();
     let (seen, listener) = recorder();
@@ -154,8 +155,9 @@ fn fast_failures_poison_the_baseline_and_the_recovered_consumer_never_closes() {
 /// learned from the ramp). Without `track_in_flight` the same instant
 /// exists (a racing thread between the drain and the flag's swap); the
 /// claim's clock read is only where the hook can reach it.
+///
+/// Regression (issue 18's hostile review, finding 2).
 #[test]
-#[ignore = "finding 2: a ramp ending between a close's drain and its verdict lets the ramp's calls be learned"]
 fn a_ramp_ending_between_a_close_s_drain_and_its_verdict_lets_its_calls_be_learned() {
     let clock = HookClock::new();
     let b = leak(
@@ -213,8 +215,9 @@ fn a_ramp_ending_between_a_close_s_drain_and_its_verdict_lets_its_calls_be_learn
 /// Observed: 1000 permits taken at 99% of the ramp, recorded at 3 ms one
 /// window after its end, move the seeded 2 ms baseline to 2.000225 ms.
 /// Expected: 2 ms.
+///
+/// Regression (issue 18's hostile review, finding 3).
 #[test]
-#[ignore = "finding 3: calls admitted in a ramp and recorded after its end are learned"]
 fn calls_admitted_in_the_ramp_and_recorded_after_it_are_learned() {
     let clock = ManualClock::new();
     let b = builder(&clock)
@@ -260,8 +263,9 @@ fn calls_admitted_in_the_ramp_and_recorded_after_it_are_learned() {
 /// for 4 s (level 2). Expected: level 0 once the ramp is over, and a 1 s
 /// OPEN (`base_backoff`). (`reset` clears the level; `force_closed` and
 /// `disable` keep it too, until a `reset`.)
+///
+/// Regression (issue 18's hostile review, finding 4).
 #[test]
-#[ignore = "finding 4: metrics_only() ends a ramp but keeps its backoff level; the next trip backs off 4x"]
 fn an_override_that_ends_the_ramp_keeps_its_backoff_level() {
     let clock = ManualClock::new();
     let b = builder(&clock)
@@ -285,102 +289,87 @@ fn an_override_that_ends_the_ramp_keeps_its_backoff_level() {
     assert_eq!(b.snapshot().next_probe_in, Some(SEC), "a fresh trip");
 }
 
-/// Finding 5. The ceiling is not a bound when an explicit
-/// `latency_threshold` is above it: calls up to the ceiling's bucket edge
-/// (7.4% over a 1 s ceiling) are not slow, and the cold start's threshold
-/// is that edge, not the ceiling.
+/// Finding 5. The ceiling was not a bound when an explicit
+/// `latency_threshold` was above it: calls up to the ceiling's bucket edge
+/// (7.4% over a 1 s ceiling) were not slow. Now such a threshold is
+/// refused by name, and the ceiling (the absolute threshold without an
+/// explicit one) is exact: 1.05 s calls are slow, 1 s ones are not.
 ///
-/// Promise broken: `RelativeLatency::ceiling`, "The threshold never goes
-/// above this ... whatever the baseline learned, a call slower than this
-/// is slow, and it is the threshold of a cold start".
-/// (`BreakerBuilder::relative_latency` says "clamped to the edges at or
-/// above floor and ceiling": the two docs disagree.)
+/// Promise: `RelativeLatency::ceiling`, "whatever the baseline learned, a
+/// call slower than this is slow, and it is the threshold of a cold start".
 ///
-/// Observed, ceiling 1 s and `latency_threshold(2 s)`: `latency_threshold`
-/// (snapshot) 1.073741823 s; a window of 100 calls at 1.05 s counts 0 slow
-/// and stays CLOSED (`trip_windows(1)`). Expected: a threshold of at most
-/// 1 s, 100 slow calls, OPEN.
+/// Regression (issue 18's hostile review, finding 5).
 #[test]
-#[ignore = "finding 5: with an explicit threshold above it, calls 7% over the ceiling are not slow"]
-fn a_call_slower_than_the_ceiling_is_not_slow_under_a_higher_explicit_threshold() {
+fn a_call_slower_than_the_ceiling_is_slow() {
     let clock = ManualClock::new();
-    let b = builder(&clock)
+    let err = builder(&clock)
         .relative_latency(RelativeLatency::new()) // ceiling 1 s
         .latency_threshold(2 * SEC)
-        .trip_windows(1)
         .build()
-        .unwrap();
-    let t = b.snapshot().latency_threshold;
-    calls(&b, 100, 1050 * MS, true);
-    next_window(&b, &clock);
-    let w = b.snapshot().window;
+        .unwrap_err();
     assert_eq!(
-        (w.slow, b.state()),
-        (100, State::Open),
-        "1.05 s calls against a 1 s ceiling (threshold {t:?})"
+        (err.field(), err.kind()),
+        ("latency_threshold", tailguard::ConfigErrorKind::Inconsistent)
     );
-    assert!(t <= SEC, "the cold start's threshold is {t:?}, above the ceiling");
+    assert!(err.reason().contains("ceiling (1s)"), "{err}");
+    for (latency, slow, state) in [(1050 * MS, 100, State::Open), (SEC, 0, State::Closed)] {
+        let b = builder(&clock)
+            .relative_latency(RelativeLatency::new())
+            .trip_windows(1)
+            .build()
+            .unwrap();
+        assert_eq!(b.snapshot().latency_threshold, SEC);
+        calls(&b, 100, latency, true);
+        next_window(&b, &clock);
+        assert_eq!((b.snapshot().window.slow, b.state()), (slow, state), "{latency:?}");
+    }
 }
 
 /// Finding 6. A relative threshold above the sketch's top (2^36 ns,
-/// 68.7 s) cannot be represented and becomes infinite: the window is then
-/// judged by the 1 h ceiling alone, whatever the baseline.
+/// 68.7 s) could not be represented and became infinite, under a 1 h
+/// ceiling. Now the ceiling is at most 60 s (refused above, by name), and
+/// a baseline whose `k ×` is above the ceiling is judged by the ceiling.
 ///
-/// Promise broken: `BreakerBuilder::relative_latency`, "A window breaches
-/// when more than `1 − q` of its calls ... were slower than `clamp(k ×
-/// baseline, floor, ceiling)`"; `RelativeLatency::ceiling` accepts "1 µs
-/// to 1 h" and `initial_baseline` up to an hour.
+/// Promise: `clamp(k × baseline, floor, ceiling)`.
 ///
-/// Observed, ceiling 1 h, baseline 40 s, k = 2: `latency_threshold`
-/// 3600 s; 100 calls at 600 s (15 × the baseline) are not slow and the
-/// breaker stays CLOSED (`trip_windows(1)`). Expected: a threshold of
-/// 80 s (to the bucket), 100 slow calls, OPEN by `RelativeLatency`.
+/// Regression (issue 18's hostile review, finding 6).
 #[test]
-#[ignore = "finding 6: a relative threshold above 68.7 s becomes the ceiling (1 h); 15x the baseline is not slow"]
 fn a_relative_threshold_above_the_sketch_s_top_is_the_ceiling() {
     let clock = ManualClock::new();
-    let rule = RelativeLatency::new()
-        .ceiling(Duration::from_secs(3600))
-        .initial_baseline(40 * SEC);
+    let too_high = RelativeLatency::new().ceiling(Duration::from_secs(3600));
+    let err = builder(&clock).relative_latency(too_high).build().unwrap_err();
+    assert_eq!(
+        (err.field(), err.kind()),
+        ("relative_latency", tailguard::ConfigErrorKind::TooLarge)
+    );
+    let rule = RelativeLatency::new().ceiling(60 * SEC).initial_baseline(40 * SEC);
     let b = builder(&clock).relative_latency(rule).trip_windows(1).build().unwrap();
     let t = b.snapshot().latency_threshold;
+    assert_eq!(t, 60 * SEC, "k × 40 s is over the ceiling");
     calls(&b, 100, 600 * SEC, true);
     next_window(&b, &clock);
-    assert_eq!(
-        (b.snapshot().window.slow, b.state()),
-        (100, State::Open),
-        "600 s calls against a 40 s baseline (threshold {t:?})"
-    );
-    assert!(t < 90 * SEC, "{t:?}");
+    assert_eq!((b.snapshot().window.slow, b.state()), (100, State::Open));
 }
 
 /// Finding 7. With no floor, a sub-microsecond baseline gives a threshold
-/// of 2.047 µs: the sketch's bucket 0 takes everything up to 1.024 µs, so
-/// the baseline is taken as bucket 0 and the threshold is the edge eight
-/// buckets above it.
+/// of about 2 µs: the sketch's bucket 0 takes everything up to 1.024 µs.
+/// Now documented (`RelativeLatency::floor`: "a baseline below 1 µs counts
+/// as 1 µs (a threshold of about `k` µs)"); this holds the documented
+/// behaviour: 900 ns calls are not slow, 3 µs calls are.
 ///
-/// Promise broken: `RelativeLatency::floor`, "accepted: zero, for no
-/// floor", and the rule's `clamp(k × baseline, floor, ceiling)`.
-///
-/// Observed, floor 0, baseline 100 ns, k = 2: `latency_threshold`
-/// 2.047 µs; 100 calls at 900 ns (9 × the baseline) count 0 slow, CLOSED.
-/// Expected: a threshold near 200 ns, 100 slow calls, OPEN. (At least the
-/// builder could refuse a floor or a baseline below the sketch's 1 µs, or
-/// the docs say so.)
+/// Regression (issue 18's hostile review, finding 7).
 #[test]
-#[ignore = "finding 7: floor 0 and a 100 ns baseline give a 2.047 us threshold; 9x the baseline is not slow"]
-fn no_floor_still_floors_the_threshold_at_two_microseconds() {
+fn no_floor_judges_a_sub_microsecond_baseline_as_one_microsecond() {
     let clock = ManualClock::new();
     let rule = RelativeLatency::new().floor(Duration::ZERO).initial_baseline(100 * NS);
-    let b = builder(&clock).relative_latency(rule).trip_windows(1).build().unwrap();
-    let t = b.snapshot().latency_threshold;
-    calls(&b, 100, 900 * NS, true);
-    next_window(&b, &clock);
-    assert_eq!(
-        (b.snapshot().window.slow, b.state()),
-        (100, State::Open),
-        "900 ns calls against a 100 ns baseline (threshold {t:?})"
-    );
+    for (latency, slow) in [(900 * NS, 0), (3000 * NS, 100)] {
+        let b = builder(&clock).relative_latency(rule).trip_windows(1).build().unwrap();
+        let t = b.snapshot().latency_threshold;
+        assert!(t >= 2000 * NS && t < 2300 * NS, "{t:?}");
+        calls(&b, 100, latency, true);
+        next_window(&b, &clock);
+        assert_eq!(b.snapshot().window.slow, slow, "{latency:?} against {t:?}");
+    }
 }
 
 /// Finding 8. The threshold is below `k ×` the baseline the breaker
@@ -398,8 +387,9 @@ fn no_floor_still_floors_the_threshold_at_two_microseconds() {
 /// with 2 calls of 100 at 319 ms (under twice the reported baseline)
 /// breaches and trips (`trip_windows(1)`). Expected: threshold ≥
 /// 319.225354 ms, CLOSED.
+///
+/// Regression (issue 18's hostile review, finding 8).
 #[test]
-#[ignore = "finding 8: threshold 318.767 ms < 2 x reported baseline 319.225 ms; calls under k x baseline are slow"]
 fn the_threshold_is_below_k_times_the_reported_baseline() {
     let clock = ManualClock::new();
     let b = builder(&clock)
@@ -412,16 +402,16 @@ fn the_threshold_is_below_k_times_the_reported_baseline() {
     }
     let baseline = b.latency_baseline().unwrap();
     let t = b.snapshot().latency_threshold;
+    let under = baseline * 2 - NS;
     for i in 0..100 {
-        let l = if i < 2 { 319 * MS } else { 150 * MS };
+        let l = if i < 2 { under } else { 150 * MS };
         b.allow().unwrap().record_latency(l, true);
     }
     next_window(&b, &clock);
-    assert!(319 * MS < baseline * 2);
     assert_eq!(
         b.state(),
         State::Closed,
-        "319 ms calls, under 2 x {baseline:?}, were slow (threshold {t:?})"
+        "{under:?} calls, under 2 x {baseline:?}, were slow (threshold {t:?})"
     );
     assert!(t >= baseline * 2, "{t:?} < 2 x {baseline:?}");
 }
@@ -442,8 +432,9 @@ fn the_threshold_is_below_k_times_the_reported_baseline() {
 /// or 150 ms): learned threshold 5.439487 ms; restarted from its
 /// `latency_baseline()` (2.71967 ms) 5.931007 ms, with `initial_baseline`
 /// and with `seed_baseline` alike. Expected: 5.439487 ms.
+///
+/// Regression (issue 18's hostile review, finding 9).
 #[test]
-#[ignore = "finding 9: restarting from latency_baseline() raises the threshold a bucket (5.439 -> 5.931 ms)"]
 fn a_restart_from_the_reported_baseline_restores_its_threshold() {
     let clock = ManualClock::new();
     let b = builder(&clock)
@@ -493,8 +484,9 @@ fn a_restart_from_the_reported_baseline_restores_its_threshold() {
 /// at level 1 for 2 s (as promised). Calls at 11.45 s (the ramp at
 /// 99.5%), closed at 11.5 s (the ramp's end): observed OPEN at level 0
 /// for 1 s; expected level 1 for 2 s.
+///
+/// Regression (issue 18's hostile review, finding 10).
 #[test]
-#[ignore = "finding 10: the ramp's last window trips at the base backoff (the close ends the ramp before judging)"]
 fn the_ramp_s_last_window_trips_as_a_fresh_trip() {
     let run = |calls_at: Duration| {
         let clock = ManualClock::new();
@@ -541,8 +533,9 @@ fn the_ramp_s_last_window_trips_as_a_fresh_trip() {
 /// read. Observed: `latency_baseline` 2 ms, `latency_threshold`
 /// 43.515903 ms (20 ms's). Expected: a pair that belongs together (2 ms
 /// and 4.194303 ms, or 20 ms and 43.515903 ms).
+///
+/// Regression (issue 18's hostile review, finding 11).
 #[test]
-#[ignore = "finding 11: a snapshot racing a seed shows one baseline with another's threshold"]
 fn a_snapshot_shows_a_baseline_with_its_own_threshold() {
     let clock = HookClock::new();
     let b = leak(
@@ -709,7 +702,8 @@ fn a_ramp_racing_its_own_publication() {
     let acts: [(&str, Act, State, u8); 3] = [
         ("trip_now", Breaker::trip_now, State::Open, 2),
         ("reset", Breaker::reset, State::Closed, 0),
-        ("force_open", Breaker::force_open, State::Open, 1),
+        // An override ends the ramp, and with it the level it kept.
+        ("force_open", Breaker::force_open, State::Open, 0),
     ];
     for (name, act, state, level) in acts {
         let clock = HookClock::new();
@@ -855,7 +849,7 @@ fn extreme_settings_judge_and_learn_without_panicking() {
         let b = builder(&clock)
             .quantile(q)
             .relative_latency(rule)
-            .latency_threshold(500 * MS)
+            .latency_threshold(rule.ceiling.min(500 * MS))
             .build()
             .unwrap();
         for w in 0..20u64 {

@@ -483,7 +483,11 @@ fn a_span_counted_in_a_recovery_ramp_teaches_nothing() {
     assert_eq!(b.snapshot().ramp, None);
     b.tick();
     assert_eq!(b.latency_baseline(), Some(seeded), "a ramp's spans are not learned");
-    // The next span, all after the ramp, is.
+    // Nor the next (it may hold verdicts of permits the ramp admitted);
+    // the one after it is.
+    calls(&b);
+    next_window(&b, &clock);
+    assert_eq!(b.latency_baseline(), Some(seeded), "the span after the ramp's end");
     calls(&b);
     next_window(&b, &clock);
     assert!(b.latency_baseline().unwrap() > seeded);
