@@ -688,7 +688,9 @@ impl BreakerBuilder {
     /// `q`-quantile of pools of healthy calls (at least `10 / (1 − q)`
     /// calls: 1000 at P99, from one window or several): only windows the
     /// rule judged (CLOSED, normal or metrics-only mode, not in a recovery
-    /// ramp, no transition), dense (`min_calls` or more) and not breaching.
+    /// ramp nor the window after one, no transition), dense (`min_calls`
+    /// or more), not breaching, and with at most 10% of their calls failed
+    /// (fast failures would teach a baseline the good calls never meet).
     /// A window that breaches or may not be judged (OPEN, HALF_OPEN, forced
     /// modes, a ramp, a span straddling a transition) empties the pool; a
     /// sparse one is skipped. It falls quickly (half the distance to each
@@ -746,8 +748,9 @@ impl BreakerBuilder {
     /// (counted in [`Rejections::ramping`](crate::Rejections::ramping)),
     /// with a retry hint of one window or the rest of the ramp if shorter.
     /// The state is CLOSED throughout and the trip rules stay armed: a
-    /// trip during the ramp re-opens with the next backoff (the level is
-    /// kept until the ramp ends, then reset). Which calls are admitted is
+    /// trip during the ramp, or in the window after it (which may hold
+    /// calls the ramp admitted), re-opens with the next backoff (the level
+    /// is kept until the ramp ends or an override ends it, then reset). Which calls are admitted is
     /// decided lock-free by a counter, not by chance: of any `n`
     /// consecutive calls, the share admitted is the ramp's to within a few
     /// calls, the same on every run under a manual clock. A metrics-only
