@@ -148,9 +148,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The relative rule's settings: the ceiling in milliseconds, the floor as
-/// a divisor of it (0: no floor), the initial baseline as one (none: a cold
-/// start).
+/// The relative rule's settings: the ceiling in milliseconds (at most the
+/// builder's 60 s), the floor as a divisor of it (0: no floor), the initial
+/// baseline as one (none: a cold start).
 #[derive(Debug, Clone)]
 struct RelativeSettings {
     multiplier: f64,
@@ -159,14 +159,16 @@ struct RelativeSettings {
     max_rise_per_hour: f64,
     warmup: u32,
     initial_div: Option<u64>,
-    /// Whether `latency_threshold` is given too (else it is the ceiling).
+    /// Whether `latency_threshold` is given too (else it is the ceiling);
+    /// given, it is at most the ceiling (the builder refuses one above it:
+    /// `the_builder_refuses_what_the_model_leaves_out`).
     explicit_threshold: bool,
 }
 
 fn relative_settings() -> impl Strategy<Value = RelativeSettings> {
     (
         prop::sample::select(vec![1.1, 1.5, 2.0, 3.0, 10.0]),
-        prop::sample::select(vec![1u64, 5, 50, 1000]),
+        prop::sample::select(vec![1u64, 5, 50, 1000, 60_000]),
         prop::sample::select(vec![0u64, 1, 4, 64]),
         prop::sample::select(vec![1.0, 1.5, 1000.0]),
         1u32..4,
@@ -244,7 +246,11 @@ fn settings() -> impl Strategy<Value = Settings> {
     )
         .prop_map(|(a, b, relative, ramp_hundredths, calm)| Settings {
             window_ms: a.0,
-            threshold_ms: a.1,
+            // An explicit threshold is at most the relative rule's ceiling.
+            threshold_ms: match &relative {
+                Some(r) if r.explicit_threshold => a.1.min(r.ceiling_ms),
+                _ => a.1,
+            },
             quantile: a.2,
             trip_windows: a.3,
             min_calls: a.4,
@@ -669,6 +675,40 @@ proptest! {
             std::mem::forget(p);
         }
     }
+}
+
+/// The settings the generator keeps clear of, because the builder refuses
+/// them: a relative rule's ceiling above 60 s, and an explicit
+/// `latency_threshold` above the ceiling (one at the ceiling, or a 60 s
+/// ceiling, is accepted).
+#[test]
+fn the_builder_refuses_what_the_model_leaves_out() {
+    let rule = |ceiling: Duration| RelativeLatency::new().ceiling(ceiling);
+    let ceiling = Duration::from_secs(60);
+    let build = |b: tailguard::BreakerBuilder| b.ticker(false).build();
+    assert!(build(Breaker::builder().relative_latency(rule(ceiling))).is_ok());
+    let err = build(Breaker::builder().relative_latency(rule(ceiling + Duration::from_nanos(1)))).unwrap_err();
+    assert_eq!(
+        (err.field(), err.kind()),
+        ("relative_latency", tailguard::ConfigErrorKind::TooLarge)
+    );
+    let ceiling = Duration::from_millis(5);
+    assert!(build(
+        Breaker::builder()
+            .latency_threshold(ceiling)
+            .relative_latency(rule(ceiling))
+    )
+    .is_ok());
+    let err = build(
+        Breaker::builder()
+            .latency_threshold(ceiling + Duration::from_nanos(1))
+            .relative_latency(rule(ceiling)),
+    )
+    .unwrap_err();
+    assert_eq!(
+        (err.field(), err.kind()),
+        ("latency_threshold", tailguard::ConfigErrorKind::Inconsistent)
+    );
 }
 
 /// The failure cases proptest saved for this property (the `cc` lines of

@@ -164,12 +164,14 @@ fn quantile_bucket(h: &Histogram, quantile_ppb: u64) -> Option<usize> {
 //
 // As documented (`BreakerBuilder::relative_latency`, `RelativeLatency`,
 // `src/baseline.rs`): the baseline is a fractional bucket index, in units
-// of 2^-32 bucket (a latency `v` is at index `8 · log2 v − 80`). The
-// threshold is the first bucket edge at or above `k × baseline` (the index
-// plus `8 · log2 k`, rounded up to a whole bucket), clamped to the buckets
-// of the floor and the ceiling; the ceiling's until the baseline is warm.
-// An observation is the rule's quantile of a pool of at least `samples`
-// healthy calls; the first `warmup` are averaged (a running mean,
+// of 2^-32 bucket, and in nanoseconds it is measured on the buckets' own
+// edges: a whole index `j` is `edge(j)`, a fraction `f` of the way to the
+// next is `edge(j) × (edge(j + 1) / edge(j))^f`, at most the last ordinary
+// bucket's edge. The threshold is the first bucket edge at or above
+// `k × baseline` (the baseline as reported, in nanoseconds), clamped to the
+// buckets of the floor and the ceiling; the ceiling's until the baseline is
+// warm. An observation is the rule's quantile of a pool of at least
+// `samples` healthy calls; the first `warmup` are averaged (a running mean,
 // truncated), then one below the baseline halves the distance (rounded
 // toward it) and one above raises it by at most `rise per window` times
 // the windows the pool covered.
@@ -177,30 +179,55 @@ fn quantile_bucket(h: &Histogram, quantile_ppb: u64) -> Option<usize> {
 /// One bucket, in the baseline's units.
 const UNIT: u64 = 1 << 32;
 
-/// A latency as a fractional bucket index (in units), within `[0, TOP]`.
-pub fn units_of_ns(ns: u64) -> u64 {
-    let index = 8.0 * (ns.max(1) as f64).log2() - 80.0;
-    (index.clamp(0.0, TOP as f64) * UNIT as f64) as u64
+/// A span with more than this share of its calls failed (parts per
+/// billion: 10%) teaches the baseline nothing.
+const MAX_ERROR_PPB: u64 = 100_000_000;
+
+/// A fractional bucket index (in units) as nanoseconds: a whole index is
+/// its bucket's edge exactly, a fraction of the way to the next bucket is
+/// that share of the way in the log domain (to the nearest nanosecond); at
+/// most the edge of the last ordinary bucket, `TOP − 1`.
+pub fn ns_of_units(units: u64) -> u64 {
+    let j = ((units / UNIT) as usize).min(TOP - 1);
+    let lo = edge(j) as f64;
+    if j == TOP - 1 {
+        return edge(j);
+    }
+    let f = (units % UNIT) as f64 / UNIT as f64;
+    let hi = edge(j + 1) as f64;
+    (lo * (hi / lo).powf(f)).round() as u64
 }
 
-/// A fractional bucket index (in units) as nanoseconds: `2^((80 + index) / 8)`,
-/// to the nearest (a whole index is about its bucket's upper edge).
-pub fn ns_of_units(units: u64) -> u64 {
-    let index = 80.0 + units as f64 / UNIT as f64;
-    2f64.powf(index / 8.0).round().min(u64::MAX as f64) as u64
+/// A latency as a fractional bucket index (in units), the inverse of
+/// [`ns_of_units`]: a bucket edge is its whole index (0 at or below the
+/// first, at most `TOP − 1`); a latency between two edges,
+/// `edge(b − 1) < ns < edge(b)`, is `b − 1` and the share of the way from
+/// one to the other in the log domain, to the nearest unit (below a whole
+/// bucket).
+pub fn units_of_ns(ns: u64) -> u64 {
+    let b = bucket(ns).min(TOP - 1);
+    if b == 0 || ns >= edge(b) {
+        return b as u64 * UNIT;
+    }
+    let (lo, hi) = (edge(b - 1) as f64, edge(b) as f64);
+    let f = ((ns as f64) / lo).ln() / (hi / lo).ln();
+    let frac = (f.clamp(0.0, 1.0) * UNIT as f64).round().min((UNIT - 1) as f64) as u64;
+    (b as u64 - 1) * UNIT + frac
 }
 
 /// The relative rule in the units it is computed in.
 #[derive(Debug, Clone, Copy)]
 struct RelativeRule {
-    /// What `k ×` adds to an index: `8 · log2 k`, in units, to the nearest.
-    multiplier: u64,
+    /// `k`.
+    multiplier: f64,
     /// The buckets whose edges are the first at or above the floor and the
     /// ceiling: the buckets that hold them.
     floor_bucket: usize,
     ceiling_bucket: usize,
-    /// The most the baseline rises a window: `8 · log2 r` buckets an hour,
-    /// times the window's share of an hour, in units, rounded down.
+    /// The most the baseline rises a window: `8 · log2 (r / (1 + 1/256)^2)`
+    /// buckets an hour (none below zero; the slack keeps the bound in
+    /// nanoseconds, the edges being within 1/256 of `2^(j/8)`), times the
+    /// window's share of an hour, in units, rounded down.
     rise_per_window: u64,
     /// Calls an observation pools at the least: `10 / (1 − q)`, rounded
     /// up, within `[100, 10^6]` (10^6 at `q = 1`).
@@ -217,12 +244,13 @@ impl RelativeRule {
         } else {
             (10 * 1_000_000_000u64).div_ceil(slow_ppb).clamp(100, 1_000_000)
         };
+        let slack = (1.0 + 1.0 / 256.0f64).powi(2);
+        let buckets_an_hour = (8.0 * (r.max_rise_per_hour / slack).log2()).max(0.0);
         Self {
-            multiplier: (8.0 * r.multiplier.log2() * UNIT as f64).round() as u64,
+            multiplier: r.multiplier,
             floor_bucket: bucket(r.floor_ns),
             ceiling_bucket: bucket(r.ceiling_ns),
-            rise_per_window: (8.0 * r.max_rise_per_hour.log2() * window_ns as f64 / 3.6e12 * UNIT as f64).floor()
-                as u64,
+            rise_per_window: (buckets_an_hour * window_ns as f64 / 3.6e12 * UNIT as f64).floor() as u64,
             samples,
             warmup: r.warmup,
             quantile_ppb,
@@ -273,7 +301,10 @@ impl Learner {
         if !self.warm() {
             return r.ceiling_bucket;
         }
-        let at_or_above = self.baseline.saturating_add(r.multiplier).div_ceil(UNIT) as usize;
+        // The first edge at or above k × the baseline as reported (none
+        // beyond the last ordinary bucket's).
+        let target = r.multiplier * ns_of_units(self.baseline) as f64;
+        let at_or_above = (0..TOP).find(|&j| edge(j) as f64 >= target).unwrap_or(TOP - 1);
         at_or_above.clamp(r.floor_bucket, r.ceiling_bucket)
     }
 
@@ -321,9 +352,9 @@ impl Learner {
         self.forget();
     }
 
-    /// Warm at once, from `units` (at most the last bucket).
+    /// Warm at once, from `units` (at most the last ordinary bucket).
     fn seed(&mut self, units: u64) {
-        self.baseline = units.min(TOP as u64 * UNIT);
+        self.baseline = units.min((TOP as u64 - 1) * UNIT);
         self.observations = self.rule.warmup.max(1);
         self.forget();
     }
@@ -332,11 +363,12 @@ impl Learner {
 /// What a closed span teaches the baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lesson {
-    /// Judged, dense, healthy, not in a ramp: pooled.
+    /// Judged, dense, healthy (at most 10% failed), not a ramp's: pooled.
     Learn,
     /// Judged healthy but sparse: neither pooled nor breaking the pool.
     Skip,
-    /// Not judged, breaching, tripping, or in a ramp: the pool is emptied.
+    /// Not judged, breaching, tripping, more than 10% failed, or a ramp's:
+    /// the pool is emptied.
     Forget,
 }
 
@@ -440,9 +472,12 @@ pub struct Breaker {
     learner: Option<Learner>,
     /// CLOSED in its recovery ramp ...
     ramp: Option<RampRun>,
-    /// ... and whether the window in progress was, at some time (a span
-    /// counted even in part in a ramp teaches the baseline nothing).
-    span_in_ramp: bool,
+    /// ... whether one ended at an admission since the last window close
+    /// (that close's span and the next are then the ramp's) ...
+    ramp_ended: bool,
+    /// ... and how many spans still to close are judged as an ended ramp's
+    /// (not learned from; a trip in them re-opens with the next backoff).
+    ramp_spans: u8,
 }
 
 impl Breaker {
@@ -497,7 +532,8 @@ impl Breaker {
             transitions: Vec::new(),
             learner,
             ramp: None,
-            span_in_ramp: false,
+            ramp_ended: false,
+            ramp_spans: 0,
         };
         // Before the first close, the threshold the first window will be
         // judged by.
@@ -678,6 +714,9 @@ impl Breaker {
         let elapsed = now.saturating_sub(run.since);
         if elapsed >= length {
             self.end_ramp();
+            // The next close's span was counted in part in the ramp, and
+            // the one after may hold calls it admitted.
+            self.ramp_ended = true;
             return Admit::Retry;
         }
         let n = run.decisions;
@@ -825,7 +864,6 @@ impl Breaker {
                     since: now,
                     decisions: 0,
                 });
-                self.span_in_ramp = true;
             }
             Outcome::Good if self.successes + 1 >= self.c.successes => {
                 self.level = 0;
@@ -844,6 +882,11 @@ impl Breaker {
 
     fn set_mode(&mut self, state: State, mode: Mode, reason: Reason, raw: u64) {
         if self.mode != mode {
+            // An override ends a recovery ramp, and the backoff level the
+            // ramp kept with it.
+            if self.ramp.is_some() {
+                self.level = 0;
+            }
             let now = self.floored(raw);
             self.transition(state, mode, reason, now);
         }
@@ -875,9 +918,10 @@ impl Breaker {
             self.level = 0;
             self.ramp = None;
             // The span in progress is forgotten: the next one begins here,
-            // after any ramp (a ramp that ended since the last close was
-            // in the forgotten span).
-            self.span_in_ramp = false;
+            // after any ramp (what a ramp that ended since the last close
+            // admitted was in the forgotten span).
+            self.ramp_ended = false;
+            self.ramp_spans = 0;
             let counts = std::mem::take(&mut self.pending);
             let hist = std::mem::replace(&mut self.pending_hist, empty_histogram());
             let (slow, _, _) = self.judged_slow(&counts, &hist);
@@ -904,7 +948,7 @@ impl Breaker {
     pub fn trip_now(&mut self, raw: u64) {
         if self.state == State::Closed && matches!(self.mode, Mode::Normal | Mode::MetricsOnly) {
             let now = self.floored(raw);
-            self.trip(Reason::ManualTrip, now);
+            self.trip(Reason::ManualTrip, self.ramp.is_some(), now);
         }
     }
 
@@ -921,21 +965,28 @@ impl Breaker {
         if self.state == State::Open && self.mode != Mode::ForcedOpen && self.published_now() && now >= self.deadline {
             self.transition(State::HalfOpen, self.mode, Reason::BackoffElapsed, now);
         }
-        // A recovery ramp that has run its course ends, before the windows
-        // (a span closed now is judged as after it).
+        self.lease_expired(now);
+        if self.flapping && self.flap_count(now) <= self.c.flap_cycles {
+            self.flapping = false;
+        }
+        if now >= self.window_end {
+            self.close_due(now);
+        }
+        // A recovery ramp that has run its course ends after the windows:
+        // a span closed now was counted in it and is judged as the ramp's,
+        // and so is the next one (it may hold calls the ramp admitted).
         if self
             .ramp
             .is_some_and(|run| now.saturating_sub(run.since) >= self.c.ramp_ns)
         {
             self.end_ramp();
+            self.ramp_spans = 1;
         }
-        self.lease_expired(now);
-        if self.flapping && self.flap_count(now) <= self.c.flap_cycles {
-            self.flapping = false;
-        }
-        if now < self.window_end {
-            return;
-        }
+    }
+
+    /// The windows due at `now` (the current one has ended), closed as one
+    /// span.
+    fn close_due(&mut self, now: u64) {
         let w = self.c.window_ns;
         // Everything counted since the last close happened in one of the
         // windows due: a span of `due` windows, judged as if spread evenly,
@@ -951,7 +1002,6 @@ impl Breaker {
             && matches!(self.mode, Mode::Normal | Mode::MetricsOnly);
         self.close_span(counts, &hist, due, newest_end, now, judged);
         self.window_generation = before;
-        self.span_in_ramp = self.ramp.is_some();
     }
 
     fn sum(&self, n: usize) -> (u64, u64) {
@@ -978,9 +1028,10 @@ impl Breaker {
         }
     }
 
-    /// Trips to OPEN; from a recovery ramp with the next backoff.
-    fn trip(&mut self, reason: Reason, now: u64) {
-        if self.ramp.is_some() {
+    /// Trips to OPEN; from a recovery ramp (`in_ramp`) with the next
+    /// backoff.
+    fn trip(&mut self, reason: Reason, in_ramp: bool, now: u64) {
+        if in_ramp {
             self.level = (self.level + 1).min(31);
         }
         self.transition(State::Open, self.mode, reason, now);
@@ -1000,6 +1051,15 @@ impl Breaker {
         self.totals.slow += slow;
         self.totals.cancelled += counts.cancelled;
         self.totals.stale += counts.stale;
+        // A ramp that ended at an admission since the last close: this span
+        // was counted in part in it, and the next may hold calls it
+        // admitted. Both are judged as the ramp's, as is the span after a
+        // ramp that a close ended (`tick`).
+        if std::mem::take(&mut self.ramp_ended) {
+            self.ramp_spans = 2;
+        }
+        let in_ramp = self.ramp.is_some() || self.ramp_spans > 0;
+        self.ramp_spans = self.ramp_spans.saturating_sub(1);
         if !judged {
             self.ring.iter_mut().for_each(|e| *e = (0, 0));
             (self.evidence, self.gathered_over) = (0, 0);
@@ -1059,10 +1119,10 @@ impl Breaker {
         } else {
             None
         };
-        // Learned from only if judged healthy (no breach, no trip) and
-        // counted wholly outside a ramp (one may have ended, at an admission
-        // or at this close, since the span began); dense, or else skipped.
-        let lesson = match (reason, breach, self.span_in_ramp || self.ramp.is_some()) {
+        // Learned from only if judged healthy (no breach, no trip, at most
+        // 10% of its calls failed) and not a ramp's; dense, or else skipped.
+        let failing = exceeds(counts.errors.min(counts.calls), counts.calls, MAX_ERROR_PPB);
+        let lesson = match (reason, breach, in_ramp || failing) {
             (None, false, false) if dense => Lesson::Learn,
             (None, false, false) => Lesson::Skip,
             _ => Lesson::Forget,
@@ -1071,7 +1131,7 @@ impl Breaker {
             Some(r) => {
                 self.ring.iter_mut().for_each(|e| *e = (0, 0));
                 (self.evidence, self.gathered_over) = (0, 0);
-                self.trip(r, now);
+                self.trip(r, in_ramp, now);
             }
             None => self.breaches = breaches,
         }
