@@ -390,6 +390,10 @@ impl Inner {
         let after_ramp = ts.ramp_spans > 0;
         ts.ramp_spans = ts.ramp_spans.saturating_sub(1);
         if !judged {
+            // A span not judged straddles a transition (or is in a state or
+            // mode only a transition makes): a ramp's permits are stale
+            // after it, and the next span holds none of its calls.
+            ts.ramp_spans = 0;
             ts.clear_ring();
             self.learn(ts, Lesson::Forget, hist, windows);
             return;

@@ -245,3 +245,32 @@ fn the_ramp_s_end_is_no_transition() {
         [Reason::ManualTrip, Reason::BackoffElapsed, Reason::ProbesSucceeded]
     );
 }
+
+/// A transition after a ramp's end leaves none of the ramp's calls for
+/// the windows after it: a trip there backs off from level 0, as after
+/// any reset.
+///
+/// Regression (issue 18's reference model, the second pass).
+#[test]
+fn a_transition_after_a_ramp_s_end_leaves_no_ramp_span() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .success_to_close(1)
+        .recovery_ramp(SEC / 2)
+        .trip_windows(1)
+        .min_calls(5)
+        .build()
+        .unwrap();
+    recover(&b, &clock);
+    clock.advance(SEC);
+    b.allow().unwrap().record(true); // ends the ramp
+    b.force_closed();
+    b.reset(); // a transition: CLOSED, level 0
+    crate::support::next_window(&b, &clock); // the span straddling them: not judged
+    for _ in 0..50 {
+        b.allow().unwrap().record_latency(900 * MS, true);
+    }
+    crate::support::next_window(&b, &clock);
+    let s = b.snapshot();
+    assert_eq!((s.state, s.backoff_level, s.next_probe_in), (State::Open, 0, Some(SEC)));
+}

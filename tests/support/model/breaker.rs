@@ -1061,6 +1061,9 @@ impl Breaker {
         let in_ramp = self.ramp.is_some() || self.ramp_spans > 0;
         self.ramp_spans = self.ramp_spans.saturating_sub(1);
         if !judged {
+            // After a transition a ramp's permits are stale: the next span
+            // holds none of its calls.
+            self.ramp_spans = 0;
             self.ring.iter_mut().for_each(|e| *e = (0, 0));
             (self.evidence, self.gathered_over) = (0, 0);
             self.learn(Lesson::Forget, hist, windows);
