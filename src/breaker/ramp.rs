@@ -140,10 +140,13 @@ impl Inner {
     /// For window close: ends a ramp that ran its course by `now`; returns
     /// whether it did.
     pub(super) fn end_ramp_if_due(&self, now: u64) -> bool {
-        let word = self.state.load();
-        let Some(ramp) = self.ramp.as_deref().filter(|_| word.ramping()) else {
+        let Some(ramp) = self.ramp.as_deref() else {
             return false;
         };
+        let word = self.state.load();
+        if !word.ramping() {
+            return false;
+        }
         ramp.published(word)
             .is_some_and(|since| now.saturating_sub(since) >= ramp.ramp_ns)
             && self.end_ramp(word)

@@ -415,8 +415,10 @@ impl Inner {
         let gen = counted_in;
         let mut evidence = (ts.evidence, ts.evidence_windows);
         let mut lesson = Lesson::Forget;
+        // What the relative rule may learn from (worked out only with it).
+        let learnable =
+            c.relative.is_some() && !trip::exceeds(counts.errors.min(calls), calls, crate::baseline::MAX_ERROR_PPB);
         let dense = calls > 0 && calls >= c.rule.min_calls.saturating_mul(windows);
-        let failing = trip::exceeds(counts.errors.min(calls), calls, crate::baseline::MAX_ERROR_PPB);
         let (seen, stored, reason) = self.state.update(|w| {
             lesson = Lesson::Forget;
             let in_ramp = w.ramping() || after_ramp;
@@ -437,7 +439,7 @@ impl Inner {
             };
             let verdict = trip::judge(&c.rule, &input);
             evidence = (verdict.evidence, verdict.evidence_windows);
-            if verdict.trip.is_none() && verdict.breaches == 0 && !in_ramp && !failing {
+            if learnable && verdict.trip.is_none() && verdict.breaches == 0 && !in_ramp {
                 lesson = if dense { Lesson::Learn } else { Lesson::Skip };
             }
             match verdict.trip {
