@@ -113,6 +113,20 @@ impl RelativeLatency {
     /// The defaults: `k = 2`, floor 1 ms, ceiling 1 s, at most ×1.5 an
     /// hour, a warmup of 5 observations, no initial baseline.
     ///
+    /// Why these (`examples/adaptive` shows each, on the real emitter):
+    /// `k = 2` is twice the consumer's own P99, far above the
+    /// window-to-window jitter of a healthy P99 (a 150 ms consumer varying
+    /// ±25% never trips) and far below the degradations that hurt a router
+    /// (a 2 ms consumer at 40 ms trips in three windows; the absolute 50 ms
+    /// rule never sees it). ×1.5 an hour catches a consumer slowing by 3%
+    /// a minute within about 30 minutes (`ln 2 / ln(5.9 / 1.5)` hours),
+    /// where a fixed 50 ms needs 109, and lets a consumer's healthy P99
+    /// drift by half in an hour without a trip. The 1 ms floor keeps
+    /// sub-millisecond consumers from being shed for microseconds; the 1 s
+    /// ceiling bounds what any learning can accept and judges a cold
+    /// start. Five observations (of 1000 calls each at P99) average out
+    /// one unlucky pool.
+    ///
     /// ```
     /// let r = tailguard::RelativeLatency::new();
     /// assert_eq!((r.multiplier, r.max_rise_per_hour, r.warmup), (2.0, 1.5, 5));
