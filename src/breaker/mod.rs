@@ -263,7 +263,7 @@ impl Breaker {
                     .relative
                     .as_deref()
                     .zip(learner.as_deref())
-                    .map(|((r, _), l)| l.threshold_index(r)),
+                    .map(|((r, _), l)| window::bucket_byte(l.threshold_index(r))),
                 pooled: false,
                 ramp_spans: 0,
                 learner,
@@ -688,7 +688,7 @@ impl Breaker {
     /// rolling-window ring, its flapping ring, its event queue (with a
     /// listener or the `tracing` feature) and its name. A listener's own
     /// captures are not counted. The figures measured at the defaults are
-    /// in [`guide::figures`](crate::guide::figures) (2,128 bytes with two
+    /// in [`guide::figures`](crate::guide::figures) (2,136 bytes with two
     /// shards).
     ///
     /// ```

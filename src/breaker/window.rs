@@ -50,11 +50,19 @@ pub(super) struct TickState {
     /// ... the bucket it judges the next span by (`None` without it), and
     /// whether its pool holds calls: kept here, so that a close with
     /// nothing to learn or forget does not touch the learner.
-    pub(super) relative_index: Option<usize>,
+    /// (A bucket index in a byte: the sketch has fewer than 256.)
+    pub(super) relative_index: Option<u8>,
     pub(super) pooled: bool,
     /// Spans still to judge as a recovery ramp's after it ended (its last
     /// span and the next: see `close_span`).
     pub(super) ramp_spans: u8,
+}
+
+const _: () = assert!(crate::sketch::BUCKETS <= 256, "a bucket index fits a byte");
+
+/// A bucket index as the byte `TickState` keeps it in.
+pub(super) fn bucket_byte(bucket: usize) -> u8 {
+    bucket.min(crate::sketch::BUCKETS - 1) as u8
 }
 
 /// The threshold a window is judged by (and probes): the absolute one, or
@@ -298,7 +306,7 @@ impl Inner {
         // With the relative rule, the slow calls are counted as a close
         // counts them: slower than the lower threshold.
         let mut relative_slow = 0;
-        match ts.relative_index {
+        match ts.relative_index.map(usize::from) {
             Some(j) => {
                 let mut hist: Option<Histogram> = None;
                 self.shards.drain(&mut counts, |key, n| {
@@ -338,7 +346,7 @@ impl Inner {
                 None => l.reset(),
             }
             ts.pooled = false;
-            ts.relative_index = Some(l.threshold_index(rule));
+            ts.relative_index = Some(bucket_byte(l.threshold_index(rule)));
             self.threshold_ns
                 .store(effective_threshold(&self.config, Some(l)), Ordering::Relaxed);
         }
@@ -364,7 +372,7 @@ impl Inner {
         // the span's histogram (exact: see `crate::baseline`). A call slower
         // than either threshold is slow; the two sets nest (both are cuts of
         // the same buckets), so their union is the larger count.
-        let relative = ts.relative_index;
+        let relative = ts.relative_index.map(usize::from);
         let relative_slow = relative.map(|j| hist.map_or(0, |h| h.count_above(j)));
         let slow = relative_slow.map_or(absolute_slow, |r| r.max(counts.slow) + in_flight);
         let threshold = relative.map_or(c.threshold_ns, |j| c.threshold_ns.min(edge_ns(j)));
@@ -482,7 +490,7 @@ impl Inner {
                 ts.pooled = false;
             }
         }
-        ts.relative_index = Some(l.threshold_index(rule));
+        ts.relative_index = Some(bucket_byte(l.threshold_index(rule)));
         self.threshold_ns
             .store(effective_threshold(&self.config, Some(l)), Ordering::Relaxed);
     }

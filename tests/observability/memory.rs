@@ -20,7 +20,7 @@ fn one_breaker_is_about_two_kilobytes_at_default_settings_on_two_shards() {
     assert!(two <= 2048 + 128, "{two} bytes");
     assert_eq!(two - one, four - two - (two - one), "linear in the shard count");
     assert_eq!(two - one, 640, "one shard: buckets, carries and counters, cache-padded");
-    assert!(50 * two <= 104 * 1024, "50 consumers in about 100 KB");
+    assert!(50 * two <= 105 * 1024, "50 consumers in about 100 KB");
 }
 
 /// The memory figures `docs/figures.md` states are the code's, exactly, on the
