@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::flight::{Claim, FLIGHT_GEN_HORIZON};
 use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
 use crate::shard::Counts;
-use crate::sketch::{edge_ns, Histogram, KEY_OFFSET};
+use crate::sketch::{Histogram, KEY_OFFSET};
 use crate::state::Decision;
 use crate::sync::Ordering;
 use crate::trip;
@@ -256,10 +256,7 @@ impl Inner {
     fn drain_span(&self, ts: &mut TickState, windows: u64, closed_at: u64, hist: &mut Option<Histogram>) -> Span {
         let before = self.state.full_generation(self.state.load());
         let mut counts = Counts::default();
-        self.shards.drain(&mut counts, |key, n| {
-            hist.get_or_insert_with(Histogram::new)
-                .add((key - KEY_OFFSET) as usize, n)
-        });
+        self.drain_into(&mut counts, hist);
         let latency = hist.as_ref().and_then(Histogram::quantiles);
         let after = self.state.load();
         let transitions = self.state.full_generation(after).wrapping_sub(ts.window_gen);
@@ -296,6 +293,15 @@ impl Inner {
         }
     }
 
+    /// Drains the shards into `counts`, and their buckets into `hist`
+    /// (DDSketch keys, γ = 2^(1/8); made only if there are calls).
+    fn drain_into(&self, counts: &mut Counts, hist: &mut Option<Histogram>) {
+        self.shards.drain(counts, |key, n| {
+            hist.get_or_insert_with(Histogram::new)
+                .add((key - KEY_OFFSET) as usize, n)
+        });
+    }
+
     /// Loses what was counted since the last close and in the rolling
     /// spans (for a `reset` that is not a transition): the counts go to
     /// the totals, unjudged, and the next close judges only what comes
@@ -309,10 +315,7 @@ impl Inner {
         match ts.relative_index.map(usize::from) {
             Some(j) => {
                 let mut hist: Option<Histogram> = None;
-                self.shards.drain(&mut counts, |key, n| {
-                    hist.get_or_insert_with(Histogram::new)
-                        .add((key - KEY_OFFSET) as usize, n)
-                });
+                self.drain_into(&mut counts, &mut hist);
                 relative_slow = hist.map_or(0, |h| h.count_above(j));
             }
             None => self.shards.drain(&mut counts, |_, _| {}),
@@ -375,7 +378,9 @@ impl Inner {
         let relative = ts.relative_index.map(usize::from);
         let relative_slow = relative.map(|j| hist.map_or(0, |h| h.count_above(j)));
         let slow = relative_slow.map_or(absolute_slow, |r| r.max(counts.slow) + in_flight);
-        let threshold = relative.map_or(c.threshold_ns, |j| c.threshold_ns.min(edge_ns(j)));
+        // The threshold this span is judged by: set with `relative_index`
+        // (at the last learning, a seed, or the build).
+        let threshold = self.threshold_ns.load(Ordering::Relaxed);
         ts.last = WindowStats {
             calls,
             errors: counts.errors,
