@@ -13,6 +13,7 @@ pub mod backoff;
 mod baseline;
 mod config;
 mod error;
+mod histogram;
 mod report;
 mod sketch;
 mod sync;
@@ -55,6 +56,7 @@ pub use builder::BreakerBuilder;
 pub use bulkhead::{Bulkhead, BulkheadFull, BulkheadPermit, OwnedBulkheadPermit};
 pub use config::{CancelPolicy, Jitter, RelativeLatency};
 pub use error::{ConfigError, ConfigErrorKind};
+pub use histogram::LatencyHistogram;
 #[cfg(not(tailguard_loom))]
 pub use registry::{ConsumerSnapshot, Registry};
 pub use report::{

@@ -63,6 +63,7 @@ use crate::dlq::{ClassStats, Priority};
 use crate::emit::{EmitterStats, Exported, EXPORTED};
 use crate::registry::{BulkheadRow, ConsumerSnapshot, Registry};
 use crate::report::Mode;
+use crate::LatencyHistogram;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -102,6 +103,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 #[derive(Debug, Clone)]
 pub struct BreakerCollector {
     registry: Registry,
+    prefix: std::sync::Arc<str>,
 }
 
 impl BreakerCollector {
@@ -112,7 +114,92 @@ impl BreakerCollector {
     /// # drop(collector);
     /// ```
     pub fn new(registry: Registry) -> Self {
-        Self { registry }
+        Self {
+            registry,
+            prefix: std::sync::Arc::from(DEFAULT_PREFIX),
+        }
+    }
+
+    /// The same collector with every series named `prefix` + the rest of
+    /// its name instead of `breaker_` + the rest (`prefix` `"tailguard_"`:
+    /// `tailguard_state`, `tailguard_calls_total`, …). The rules in `ops/`
+    /// name the default series: rewrite them with the same prefix.
+    ///
+    /// # Errors
+    /// [`InvalidPrefix`] if a name it would make is not a valid Prometheus
+    /// metric name: the prefix must match `[a-zA-Z_:][a-zA-Z0-9_:]*` (or be
+    /// empty).
+    ///
+    /// ```
+    /// use tailguard::prometheus::BreakerCollector;
+    /// use tailguard::{Breaker, Registry};
+    ///
+    /// let registry = Registry::new();
+    /// registry.get_or_create("pricing", Breaker::builder)?;
+    /// let collector = BreakerCollector::new(registry).with_prefix("router_breaker_")?;
+    /// let text = collector.encode_text();
+    /// assert!(text.contains("router_breaker_state{consumer=\"pricing\"} 0\n"));
+    /// assert!(!text.contains("\nbreaker_"));
+    ///
+    /// let err = BreakerCollector::new(Registry::new()).with_prefix("9lives-").unwrap_err();
+    /// assert_eq!(err.prefix(), "9lives-");
+    /// assert!(err.to_string().contains("'9'"), "{err}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, InvalidPrefix> {
+        let bad = prefix.char_indices().find(|&(i, c)| {
+            let allowed = c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit());
+            !allowed
+        });
+        if let Some((at, c)) = bad {
+            return Err(InvalidPrefix {
+                prefix: prefix.to_owned(),
+                at,
+                found: c,
+            });
+        }
+        self.prefix = std::sync::Arc::from(prefix);
+        Ok(self)
+    }
+
+    /// The prefix of every series' name (`breaker_` unless set with
+    /// [`with_prefix`](Self::with_prefix)).
+    ///
+    /// ```
+    /// let c = tailguard::prometheus::BreakerCollector::new(tailguard::Registry::new());
+    /// assert_eq!(c.prefix(), "breaker_");
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// This collector's series in the Prometheus text format, as
+    /// [`encode_text`] gives a registry's (with this collector's prefix).
+    ///
+    /// ```
+    /// let registry = tailguard::Registry::new();
+    /// registry.get_or_create("pricing", tailguard::Breaker::builder)?;
+    /// let c = tailguard::prometheus::BreakerCollector::new(registry.clone());
+    /// assert_eq!(c.encode_text(), tailguard::prometheus::encode_text(&registry));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn encode_text(&self) -> String {
+        let mut metrics = prometheus_client::registry::Registry::default();
+        metrics.register_collector(Box::new(self.clone()));
+        let mut text = String::new();
+        // Writing to a `String` cannot fail, and the collector fails only
+        // when its writer does.
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics)
+            .expect("encoding into a String never fails");
+        text
+    }
+
+    /// A series' full name: the prefix, then `rest`.
+    fn name(&self, rest: &str) -> String {
+        let mut name = String::with_capacity(self.prefix.len() + rest.len());
+        name.push_str(&self.prefix);
+        name.push_str(rest);
+        name
     }
 
     /// The registry this collector reads.
@@ -155,15 +242,55 @@ impl BreakerCollector {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn encode_text(registry: &Registry) -> String {
-    let mut metrics = prometheus_client::registry::Registry::default();
-    metrics.register_collector(Box::new(BreakerCollector::new(registry.clone())));
-    let mut text = String::new();
-    // Writing to a `String` cannot fail, and the collector fails only when
-    // its writer does.
-    prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics)
-        .expect("encoding into a String never fails");
-    text
+    BreakerCollector::new(registry.clone()).encode_text()
 }
+
+/// The prefix of every series' name unless a collector sets its own
+/// ([`BreakerCollector::with_prefix`]).
+pub const DEFAULT_PREFIX: &str = "breaker_";
+
+/// A prefix that would not make valid Prometheus metric names
+/// ([`BreakerCollector::with_prefix`]): names the prefix, and the first
+/// character that is not allowed where it stands.
+///
+/// ```
+/// use tailguard::prometheus::BreakerCollector;
+/// let err = BreakerCollector::new(tailguard::Registry::new()).with_prefix("my-app_").unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid metric prefix \"my-app_\": '-' at byte 2 (a Prometheus metric name is [a-zA-Z_:][a-zA-Z0-9_:]*)"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidPrefix {
+    prefix: String,
+    at: usize,
+    found: char,
+}
+
+impl InvalidPrefix {
+    /// The prefix refused.
+    ///
+    /// ```
+    /// let c = tailguard::prometheus::BreakerCollector::new(tailguard::Registry::new());
+    /// assert_eq!(c.with_prefix("a b").unwrap_err().prefix(), "a b");
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+impl fmt::Display for InvalidPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid metric prefix {:?}: {:?} at byte {} (a Prometheus metric name is [a-zA-Z_:][a-zA-Z0-9_:]*)",
+            self.prefix, self.found, self.at
+        )
+    }
+}
+
+impl std::error::Error for InvalidPrefix {}
 
 /// The `mode` label of `breaker_mode`.
 fn mode_label(mode: Mode) -> &'static str {
@@ -188,7 +315,7 @@ const MODES: [Mode; 5] = [
 /// `value` is `Some`; nothing at all when it is `None` for every consumer.
 fn family<M: EncodeMetric>(
     encoder: &mut DescriptorEncoder<'_>,
-    name: &'static str,
+    name: &str,
     help: &str,
     rows: &[ConsumerSnapshot],
     value: impl Fn(&ConsumerSnapshot) -> Option<M>,
@@ -209,7 +336,7 @@ fn family<M: EncodeMetric>(
 /// dead-letter queue attached; nothing at all if none has one.
 fn by_class<M: EncodeMetric>(
     encoder: &mut DescriptorEncoder<'_>,
-    name: &'static str,
+    name: &str,
     help: &str,
     rows: &[ConsumerSnapshot],
     value: impl Fn(&ClassStats) -> M,
@@ -275,12 +402,45 @@ impl EncodeMetric for EmitSeconds {
     }
 }
 
+/// A breaker's cumulative latency histogram, as a Prometheus histogram in
+/// seconds: the fixed edges, the threshold's if it has one, then +Inf.
+struct CallSeconds(LatencyHistogram);
+
+impl EncodeMetric for CallSeconds {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+        let h = &self.0;
+        // The encoder sums the buckets itself: hand it each bucket's own
+        // count, and the rest above the last edge as +Inf.
+        let mut below = 0;
+        let mut buckets: Vec<(f64, u64)> = h
+            .buckets()
+            .map(|(le, n)| {
+                let own = n.saturating_sub(below);
+                below = n;
+                (le.as_secs_f64(), own)
+            })
+            .collect();
+        buckets.push((f64::INFINITY, h.count().saturating_sub(below)));
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            h.sum().as_secs_f64(),
+            h.count(),
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
+}
+
 /// Writes the exported emitter counters ([`EXPORTED`], one line of the
 /// emitter's counter table each) of the families `which` picks: a family
 /// per name, with a sample per consumer with an emitter attached (per label
 /// value, in a labelled family); nothing at all if no consumer has one.
 fn emitter_counters(
     encoder: &mut DescriptorEncoder<'_>,
+    collector: &BreakerCollector,
     rows: &[ConsumerSnapshot],
     which: impl Fn(&str) -> bool,
 ) -> fmt::Result {
@@ -292,8 +452,10 @@ fn emitter_counters(
         return Ok(());
     }
     for series in families(EXPORTED).filter(|series| which(series[0].family)) {
+        let family = series[0].family;
+        let name = collector.name(family.strip_prefix(DEFAULT_PREFIX).unwrap_or(family));
         let mut metric = encoder.encode_descriptor(
-            series[0].family,
+            &name,
             series[0].help,
             None,
             prometheus_client::metrics::MetricType::Counter,
@@ -328,7 +490,7 @@ fn families(exported: &'static [Exported]) -> impl Iterator<Item = &'static [Exp
 /// `bulkhead`; nothing at all if no emitter has one.
 fn bulkhead_family(
     encoder: &mut DescriptorEncoder<'_>,
-    name: &'static str,
+    name: &str,
     help: &str,
     bulkheads: &[BulkheadRow],
     value: impl Fn(&BulkheadRow) -> usize,
@@ -356,17 +518,19 @@ impl Collector for BreakerCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let rows = self.registry.consumers();
         let e = &mut encoder;
+        let p = self;
 
         family(
             e,
-            "breaker_state",
+            &p.name("state"),
             "Breaker state: 0 closed, 1 open, 2 half-open.",
             &rows,
             |r| gauge(i64::from(r.snapshot.state.as_metric())),
         )?;
         if !rows.is_empty() {
+            let name = p.name("mode");
             let mut metric = e.encode_descriptor(
-                "breaker_mode",
+                &name,
                 "Operator override mode: 1 for the current mode, 0 for the others.",
                 None,
                 prometheus_client::metrics::MetricType::Gauge,
@@ -381,84 +545,92 @@ impl Collector for BreakerCollector {
         // Counters: the encoder appends `_total`.
         family(
             e,
-            "breaker_trips",
+            &p.name("trips"),
             "Transitions into OPEN (trips and re-opens).",
             &rows,
             |r| counter(r.snapshot.trip_count),
         )?;
         family(
             e,
-            "breaker_open_duration_seconds",
+            &p.name("open_duration_seconds"),
             "How long the breaker has been OPEN; 0 when it is not.",
             &rows,
             |r| Some(ConstGauge::new(r.snapshot.open_for.map_or(0.0, |d| d.as_secs_f64()))),
         )?;
         family(
             e,
-            "breaker_flapping",
+            &p.name("open_seconds"),
+            "Seconds spent OPEN since the breaker was built (under metrics_only: would have been; not forced open).",
+            &rows,
+            |r| Some(ConstCounter::new(r.snapshot.open_time_total.as_secs_f64())),
+        )?;
+        family(
+            e,
+            &p.name("flapping"),
             "1 while OPEN -> HALF_OPEN -> OPEN cycles come faster than the flapping limit.",
             &rows,
             |r| gauge(i64::from(r.snapshot.flapping)),
         )?;
         family(
             e,
-            "breaker_calls",
+            &p.name("calls"),
             "Calls measured, over every closed window.",
             &rows,
             |r| counter(r.snapshot.totals.calls),
         )?;
         family(
             e,
-            "breaker_errors",
+            &p.name("errors"),
             "Calls recorded as failures, over every closed window.",
             &rows,
             |r| counter(r.snapshot.totals.errors),
         )?;
         family(
             e,
-            "breaker_slow_calls",
+            &p.name("slow_calls"),
             "Calls slower than the latency threshold, over every closed window.",
             &rows,
             |r| counter(r.snapshot.totals.slow),
         )?;
         family(
             e,
-            "breaker_cancelled",
+            &p.name("cancelled"),
             "Permits dropped without a verdict, over every closed window.",
             &rows,
             |r| counter(r.snapshot.totals.cancelled),
         )?;
         family(
             e,
-            "breaker_stale_calls",
+            &p.name("stale_calls"),
             "Verdicts of permits admitted before a transition: counted apart, never judged.",
             &rows,
             |r| counter(r.snapshot.totals.stale),
         )?;
         family(
             e,
-            "breaker_events_lost",
+            &p.name("events_lost"),
             "Transition events the listener never got: its queue was full.",
             &rows,
             |r| counter(r.snapshot.events_lost),
         )?;
         family(
             e,
-            "breaker_listener_panics",
+            &p.name("listener_panics"),
             "Panics of the transition listener, caught.",
             &rows,
             |r| counter(r.snapshot.listener_panics),
         )?;
         family(
             e,
-            "breaker_shadow_rejections",
+            &p.name("shadow_rejections"),
             "Calls a metrics-only breaker admitted that it would have rejected.",
             &rows,
             |r| counter(r.snapshot.shadow_rejections),
         )?;
         if !rows.is_empty() {
+            let name = p.name("rejected");
             let mut metric = e.encode_descriptor(
-                "breaker_rejected",
+                &name,
                 "Calls the breaker rejected, by reason.",
                 None,
                 prometheus_client::metrics::MetricType::Counter,
@@ -477,8 +649,9 @@ impl Collector for BreakerCollector {
             }
         }
         if !rows.is_empty() {
+            let name = p.name("latency_seconds");
             let mut metric = e.encode_descriptor(
-                "breaker_latency_seconds",
+                &name,
                 "Latency quantiles of the last closed window; NaN if it had no calls.",
                 None,
                 prometheus_client::metrics::MetricType::Gauge,
@@ -499,32 +672,39 @@ impl Collector for BreakerCollector {
                 }
             }
         }
+        family(
+            e,
+            &p.name("call_duration_seconds"),
+            "Latency of every call measured since the breaker was built, counted at window close; fixed edges, two per octave, plus the latency threshold.",
+            &rows,
+            |r| Some(CallSeconds(r.latency_histogram.clone())),
+        )?;
         let limit =
             |f: fn(&crate::Limits) -> f64| move |r: &ConsumerSnapshot| Some(ConstGauge::new(f(&r.snapshot.limits)));
         family(
             e,
-            "breaker_window_seconds",
+            &p.name("window_seconds"),
             "Length of one measurement window.",
             &rows,
             limit(|l| l.window.as_secs_f64()),
         )?;
         family(
             e,
-            "breaker_latency_threshold_seconds",
+            &p.name("latency_threshold_seconds"),
             "The threshold the last closed window was judged by: calls slower than this were slow (with the relative rule, the lower of the absolute and the relative threshold).",
             &rows,
             |r| Some(ConstGauge::new(r.snapshot.window.threshold.as_secs_f64())),
         )?;
         family(
             e,
-            "breaker_latency_baseline_seconds",
+            &p.name("latency_baseline_seconds"),
             "The relative rule's baseline: the consumer's own latency at the rule's quantile, learned from its healthy windows.",
             &rows,
             |r| r.snapshot.latency_baseline.map(|d| ConstGauge::new(d.as_secs_f64())),
         )?;
         family(
             e,
-            "breaker_ramp_admitted_ratio",
+            &p.name("ramp_admitted_ratio"),
             "The share of calls a recovery ramp admits now: 1 when not ramping (breakers with a ramp only).",
             &rows,
             |r| {
@@ -536,56 +716,56 @@ impl Collector for BreakerCollector {
         )?;
         family(
             e,
-            "breaker_slow_ratio_limit",
+            &p.name("slow_ratio_limit"),
             "A window breaches when more than this fraction of its calls is slow.",
             &rows,
             limit(|l| l.slow_fraction),
         )?;
         family(
             e,
-            "breaker_trip_windows",
+            &p.name("trip_windows"),
             "Consecutive breaching windows that trip the breaker.",
             &rows,
             limit(|l| f64::from(l.trip_windows)),
         )?;
         family(
             e,
-            "breaker_min_calls",
+            &p.name("min_calls"),
             "Windows (and error spans) with fewer calls are not judged.",
             &rows,
             limit(|l| l.min_calls as f64),
         )?;
         family(
             e,
-            "breaker_error_ratio_limit",
+            &p.name("error_ratio_limit"),
             "The breaker trips when the error rate over the error window is above this.",
             &rows,
             limit(|l| l.error_rate),
         )?;
         family(
             e,
-            "breaker_error_window_seconds",
+            &p.name("error_window_seconds"),
             "The span the error rate is taken over.",
             &rows,
             limit(|l| l.error_window.as_secs_f64()),
         )?;
         family(
             e,
-            "breaker_fallback_depth",
+            &p.name("fallback_depth"),
             "Items in the consumer's dead-letter queue.",
             &rows,
             |r| r.fallback_depth.map(ConstGauge::new),
         )?;
         family(
             e,
-            "breaker_fallback_capacity",
+            &p.name("fallback_capacity"),
             "Capacity of the consumer's dead-letter queue.",
             &rows,
             |r| r.fallback_capacity.map(ConstGauge::new),
         )?;
         family(
             e,
-            "breaker_emit_seconds",
+            &p.name("emit_seconds"),
             "Time the router spent per emit to this consumer, delivered or not.",
             &rows,
             |r| r.emitter.as_ref().map(|s| EmitSeconds(s.emit_times)),
@@ -593,54 +773,54 @@ impl Collector for BreakerCollector {
         // The bulkhead's families stand together: its gauges, then each
         // emitter's share of its refusals.
         let bulkhead = |family: &str| family.starts_with("breaker_bulkhead");
-        emitter_counters(e, &rows, |f| !bulkhead(f))?;
+        emitter_counters(e, p, &rows, |f| !bulkhead(f))?;
         let bulkheads = self.registry.bulkheads();
         bulkhead_family(
             e,
-            "breaker_bulkhead_in_flight",
+            &p.name("bulkhead_in_flight"),
             "Calls in flight in a bulkhead, once per bulkhead (label: the consumers sharing it).",
             &bulkheads,
             |b| b.in_flight,
         )?;
         bulkhead_family(
             e,
-            "breaker_bulkhead_max_in_flight",
+            &p.name("bulkhead_max_in_flight"),
             "The bound of a bulkhead, once per bulkhead (label: the consumers sharing it).",
             &bulkheads,
             |b| b.max_in_flight,
         )?;
-        emitter_counters(e, &rows, bulkhead)?;
+        emitter_counters(e, p, &rows, bulkhead)?;
         by_class(
             e,
-            "breaker_fallback_class_depth",
+            &p.name("fallback_class_depth"),
             "Items of each class in the consumer's dead-letter queue.",
             &rows,
             |c| ConstGauge::new(c.depth as i64),
         )?;
         by_class(
             e,
-            "breaker_fallback_queued",
+            &p.name("fallback_queued"),
             "Items of each class accepted into the dead-letter queue.",
             &rows,
             |c| ConstCounter::new(c.queued),
         )?;
         by_class(
             e,
-            "breaker_fallback_popped",
+            &p.name("fallback_popped"),
             "Items of each class taken out of the dead-letter queue (for replay).",
             &rows,
             |c| ConstCounter::new(c.popped),
         )?;
         by_class(
             e,
-            "breaker_fallback_displaced",
+            &p.name("fallback_displaced"),
             "Items of each class handed back to the router to make room for a higher class.",
             &rows,
             |c| ConstCounter::new(c.displaced),
         )?;
         by_class(
             e,
-            "breaker_fallback_handed_back",
+            &p.name("fallback_handed_back"),
             "Items of each class handed back to the router because the queue was full.",
             &rows,
             |c| ConstCounter::new(c.handed_back),

@@ -6,6 +6,7 @@ use crate::bulkhead::Bulkhead;
 use crate::dlq::{Producer, Stats};
 use crate::emit::{Emitter, EmitterStats};
 use crate::error::ConfigError;
+use crate::histogram::LatencyHistogram;
 use crate::report::Snapshot;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -86,6 +87,9 @@ pub struct ConsumerSnapshot {
     pub name: Arc<str>,
     /// Its breaker's snapshot.
     pub snapshot: Snapshot,
+    /// Its breaker's cumulative latency histogram
+    /// ([`Breaker::latency_histogram`]).
+    pub latency_histogram: LatencyHistogram,
     /// Items in its dead-letter queue, if one is attached.
     pub fallback_depth: Option<usize>,
     /// Its dead-letter queue's capacity, if one is attached.
@@ -322,6 +326,7 @@ impl Registry {
                 ConsumerSnapshot {
                     name,
                     snapshot: breaker.snapshot(),
+                    latency_histogram: breaker.latency_histogram(),
                     fallback_depth: queue.map(|(depth, _)| depth),
                     fallback_capacity: fallback.as_ref().map(|(_, cap)| *cap),
                     fallback_stats: queue.map(|(_, stats)| stats),

@@ -458,6 +458,31 @@ pub struct Snapshot {
     pub latency_baseline: Option<Duration>,
     /// CLOSED in its recovery ramp: how far it is.
     pub ramp: Option<Ramp>,
+    /// Time spent OPEN since the breaker was built, the OPEN in progress
+    /// included: by its own rules (under metrics-only, the time it would
+    /// have been OPEN; time forced open is not counted, [`mode`](Self::mode)
+    /// says when it is). HALF_OPEN and a recovery ramp are not OPEN.
+    /// Never decreases from one snapshot to the next; on the breaker's
+    /// clock, so a clock stepped forward counts the step.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::clock::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// let b = tailguard::Breaker::builder()
+    ///     .clock(clock.clone())
+    ///     .base_backoff(Duration::from_secs(5))
+    ///     .build()?;
+    /// b.trip_now();
+    /// clock.advance(Duration::from_secs(2));
+    /// assert_eq!(b.snapshot().open_time_total, Duration::from_secs(2));
+    /// b.reset(); // OPEN for 2 s in all
+    /// clock.advance(Duration::from_secs(10));
+    /// assert_eq!(b.snapshot().open_time_total, Duration::from_secs(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub open_time_total: Duration,
 }
 
 /// How far a recovery ramp is (see

@@ -38,7 +38,7 @@
 //! ([`InFlight`]); the protocol is `crate::flight`'s.
 
 use crate::flight::InFlight;
-use crate::sketch::{is_slow_bucket, key_index, sketch_key, BUCKETS};
+use crate::sketch::{is_slow_bucket, key_index, sketch_key, BUCKETS, STRADDLE};
 use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
@@ -64,6 +64,10 @@ pub(crate) struct Counts {
     pub(crate) slow: u64,
     pub(crate) cancelled: u64,
     pub(crate) stale: u64,
+    /// Of `calls`, the slow ones in the threshold's own bucket (the
+    /// straddle, [`STRADDLE`]): what the cumulative histogram subtracts
+    /// from that bucket to count the calls at or below the threshold.
+    pub(crate) straddle: u64,
 }
 
 /// A shard written by any thread. `repr(C)`: the counters window close
@@ -380,6 +384,9 @@ impl Shards {
                 if is_slow_bucket(bucket, t) {
                     into.slow += n;
                 }
+                if bucket == STRADDLE {
+                    into.straddle += n;
+                }
                 sketch(sketch_key(bucket, t), n);
             }
         };
@@ -565,7 +572,8 @@ mod tests {
                 errors: 1,
                 slow: 1,
                 cancelled: 0,
-                stale: 0
+                stale: 0,
+                straddle: 0,
             }
         );
         s.record(key_index(10), false);
@@ -580,7 +588,8 @@ mod tests {
                 errors: 0,
                 slow: 0,
                 cancelled: 1,
-                stale: 1
+                stale: 1,
+                straddle: 0,
             }
         );
     }

@@ -144,6 +144,21 @@ pub(crate) fn edge_ns(bucket: usize) -> u64 {
     edges[bucket.min(TOP)]
 }
 
+/// The value DDSketch reports for bucket `bucket`: its representative
+/// `2γ^K / (1 + γ)` nanoseconds (`K` its key), within `α = 4.33%` of every
+/// latency in it. Computed once per process.
+pub(crate) fn value_ns(bucket: usize) -> u64 {
+    static VALUES: std::sync::OnceLock<[u64; BUCKETS]> = std::sync::OnceLock::new();
+    let values = VALUES.get_or_init(|| {
+        let gamma = 2f64.powf(1.0 / 8.0);
+        core::array::from_fn(|bucket| {
+            let key = KEY_OFFSET + bucket as i32;
+            (2.0 * gamma.powi(key) / (1.0 + gamma)) as u64
+        })
+    });
+    values[bucket.min(BUCKETS - 1)]
+}
+
 /// One window's latencies, merged from the shards at window close: the
 /// count in each bucket (bucket `i` holds latencies with DDSketch key
 /// `ceil(8 · log2 ns) = KEY_OFFSET + i`), and a bit per bucket in use, so
@@ -212,7 +227,7 @@ impl Histogram {
     }
 
     /// The buckets in use and their counts, in increasing order.
-    fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
         self.present.iter().enumerate().flat_map(move |(i, &word)| {
             let mut bits = word;
             core::iter::from_fn(move || {
@@ -233,15 +248,6 @@ impl Histogram {
         if total == 0 {
             return None;
         }
-        // Each bucket's representative, computed once per process.
-        static VALUES: std::sync::OnceLock<[u64; BUCKETS]> = std::sync::OnceLock::new();
-        let values = VALUES.get_or_init(|| {
-            let gamma = 2f64.powf(1.0 / 8.0);
-            core::array::from_fn(|bucket| {
-                let key = KEY_OFFSET + bucket as i32;
-                (2.0 * gamma.powi(key) / (1.0 + gamma)) as u64
-            })
-        });
         // One pass for the four ranks, which are in increasing order.
         let ranks = [0.5, 0.9, 0.99, 0.999].map(|q: f64| (q * (total - 1) as f64) as u64);
         let mut out = [Duration::ZERO; 4];
@@ -250,7 +256,7 @@ impl Histogram {
         for (bucket, n) in self.iter() {
             seen += n;
             while next < 4 && seen > ranks[next] {
-                out[next] = Duration::from_nanos(values[bucket]);
+                out[next] = Duration::from_nanos(value_ns(bucket));
                 next += 1;
             }
             if next == 4 {

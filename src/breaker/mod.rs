@@ -61,6 +61,7 @@ use crate::baseline::Learner;
 use crate::clock::ClockSource;
 use crate::config::{Config, Sizes};
 use crate::events::{Events, Listener};
+use crate::histogram::LatencyHistogram;
 use crate::report::{Limits, Mode, NoLocalShard, Reason, Rejected, Snapshot, State, Totals, WindowStats};
 use crate::shard::Shards;
 use crate::state::StateCell;
@@ -267,6 +268,7 @@ impl Breaker {
                 pooled: false,
                 ramp_spans: 0,
                 learner,
+                latency: Box::new(crate::histogram::Cumulative::new()),
             }),
             epoch_ns: crate::flight::epoch_ns(config.window_ns, config.threshold_ns),
             config,
@@ -292,6 +294,8 @@ impl Breaker {
             open_lock: Mutex::new(Flaps {
                 times: flap_times,
                 pos: 0,
+                open_ns: 0,
+                reported_ns: 0,
             }),
             flapping: AtomicBool::new(false),
             name,
@@ -650,6 +654,28 @@ impl Breaker {
         LocalHandle::claim(&self.inner)
     }
 
+    /// Every call measured since the breaker was built, by latency, in the
+    /// fixed layout every breaker shares (see [`LatencyHistogram`]);
+    /// counted when their window closes. Cold path: takes the window-close
+    /// lock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::clock::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// let b = tailguard::Breaker::builder().clock(clock.clone()).build()?;
+    /// b.allow()?.record_latency(Duration::from_millis(3), true);
+    /// assert_eq!(b.latency_histogram().count(), 0, "not before the window closes");
+    /// clock.advance(Duration::from_secs(1));
+    /// b.tick();
+    /// assert_eq!(b.latency_histogram().count(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn latency_histogram(&self) -> LatencyHistogram {
+        self.inner.latency_histogram()
+    }
+
     /// Reads everything at once (cold path: takes the window-close lock).
     ///
     /// ```
@@ -868,6 +894,7 @@ impl Inner {
             latency_threshold: Duration::from_nanos(threshold_ns),
             latency_baseline: latency_baseline.map(|u| Duration::from_nanos(crate::baseline::ns_of_units(u))),
             ramp: self.ramp_status(word, now),
+            open_time_total: Duration::from_nanos(self.open_time_total(now)),
         }
     }
 

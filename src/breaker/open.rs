@@ -173,14 +173,36 @@ impl Inner {
         }
     }
 
-    /// The OPEN of `from` is over: its deadline is withdrawn, so that no
-    /// later OPEN whose 30-bit generation is the same (2^30 transitions on)
-    /// can be taken for it between its CAS and its own publication.
-    pub(super) fn retire_deadline(&self, from: Word) {
-        let _guard = self.open_lock.lock();
+    /// The OPEN of `from` is over at `now`: its deadline is withdrawn, so
+    /// that no later OPEN whose 30-bit generation is the same (2^30
+    /// transitions on) can be taken for it between its CAS and its own
+    /// publication; and its time is added to the time spent OPEN. (An OPEN
+    /// that ended before its publication was never published: it lasted no
+    /// time anyone could see, and adds none.)
+    pub(super) fn retire_deadline(&self, from: Word, now: u64) {
+        let mut flaps = self.open_lock.lock();
         if self.deadline_gen.load(Ordering::Acquire) == u64::from(from.generation()) {
             self.deadline_gen.store(u64::MAX, Ordering::Release);
+            let lasted = now.saturating_sub(self.opened_at.load(Ordering::Relaxed));
+            flaps.open_ns = flaps.open_ns.saturating_add(lasted);
         }
+    }
+
+    /// Nanoseconds spent OPEN up to `now`: the OPENs withdrawn, and the one
+    /// published now (not forced: forcing publishes none). Never less than
+    /// it reported before (a snapshot that reads an OPEN just over, before
+    /// its withdrawal adds the time up to its transition, reports the
+    /// larger figure until the total passes it), so a counter of it never
+    /// goes back.
+    pub(super) fn open_time_total(&self, now: u64) -> u64 {
+        let mut flaps = self.open_lock.lock();
+        let current = if self.deadline_gen.load(Ordering::Acquire) == u64::MAX {
+            0
+        } else {
+            now.saturating_sub(self.opened_at.load(Ordering::Relaxed))
+        };
+        flaps.reported_ns = flaps.reported_ns.max(flaps.open_ns.saturating_add(current));
+        flaps.reported_ns
     }
 }
 

@@ -27,11 +27,16 @@ pub(super) enum ProbeOutcome {
 
 /// Times of recent re-opens (a ring of `flap_cycles + 1`), held by the
 /// OPEN lock (`Inner::open_lock`), which also serialises the publication
-/// and withdrawal of OPEN deadlines (`open.rs`).
+/// and withdrawal of OPEN deadlines (`open.rs`), and with them the time
+/// spent OPEN.
 #[derive(Debug)]
 pub(super) struct Flaps {
     pub(super) times: Box<[u64]>,
     pub(super) pos: usize,
+    /// Nanoseconds OPEN, over the OPENs withdrawn so far (`retire_deadline`).
+    pub(super) open_ns: u64,
+    /// The most `open_time_total` has reported: it never reports less.
+    pub(super) reported_ns: u64,
 }
 
 impl Flaps {
@@ -118,7 +123,7 @@ impl Inner {
     /// overrides).
     pub(super) fn note(&self, from: Word, to: Word, reason: Reason, now: u64) {
         if from.state() == State::Open {
-            self.retire_deadline(from);
+            self.retire_deadline(from, now);
         }
         if from.ramping() {
             self.retire_ramp(from);

@@ -13,6 +13,7 @@ use super::Inner;
 use crate::baseline::Learner;
 use crate::config::Config;
 use crate::flight::{Claim, FLIGHT_GEN_HORIZON};
+use crate::histogram::Cumulative;
 use crate::report::{LatencyQuantiles, Mode, State, Totals, WindowStats};
 use crate::shard::Counts;
 use crate::sketch::{Histogram, KEY_OFFSET};
@@ -56,6 +57,9 @@ pub(super) struct TickState {
     /// Spans still to judge as a recovery ramp's after it ended (its last
     /// span and the next: see `close_span`).
     pub(super) ramp_spans: u8,
+    /// Every call measured since the build, by latency (boxed: it is read
+    /// at scrapes, written once a close).
+    pub(super) latency: Box<Cumulative>,
 }
 
 const _: () = assert!(crate::sketch::BUCKETS <= 256, "a bucket index fits a byte");
@@ -206,7 +210,11 @@ impl Inner {
         // relative rule.
         let mut hist: Option<Histogram> = None;
         let span = self.drain_span(ts, windows, closed_at, &mut hist);
+        let straddle = span.counts.straddle;
         self.close_span(ts, span, hist.as_ref(), now);
+        if let Some(h) = &hist {
+            ts.latency.add(h, straddle, self.shards.threshold_index);
+        }
     }
 
     /// Step 1: the close's time, published as `floor`.
@@ -309,18 +317,19 @@ impl Inner {
     pub(super) fn forget_counts(&self, ts: &mut TickState) {
         let before = self.state.full_generation(self.state.load());
         let mut counts = Counts::default();
-        // With the relative rule, the slow calls are counted as a close
-        // counts them: slower than the lower threshold.
-        let mut relative_slow = 0;
-        match ts.relative_index.map(usize::from) {
-            Some(j) => {
-                let mut hist: Option<Histogram> = None;
-                self.drain_into(&mut counts, &mut hist);
-                relative_slow = hist.map_or(0, |h| h.count_above(j));
-            }
-            None => self.shards.drain(&mut counts, |_, _| {}),
-        }
+        // The calls go to the cumulative histogram; with the relative rule
+        // the slow ones are counted as a close counts them: slower than the
+        // lower threshold.
+        let mut hist: Option<Histogram> = None;
+        self.drain_into(&mut counts, &mut hist);
+        let relative_slow = match (ts.relative_index, &hist) {
+            (Some(j), Some(h)) => h.count_above(usize::from(j)),
+            _ => 0,
+        };
         ts.add_totals(counts.calls, counts.slow.max(relative_slow), &counts);
+        if let Some(h) = &hist {
+            ts.latency.add(h, counts.straddle, self.shards.threshold_index);
+        }
         ts.clear_ring();
         // Whatever ramp ended before the reset, nothing after it was
         // counted in that ramp.
@@ -331,6 +340,11 @@ impl Inner {
             ts.pooled = false;
         }
         ts.window_gen = before;
+    }
+
+    /// Every call measured since the build, by latency.
+    pub(super) fn latency_histogram(&self) -> crate::LatencyHistogram {
+        self.tick.lock().latency.read(self.config.threshold_ns)
     }
 
     /// The relative rule's baseline (fixed point), if it has one.
@@ -557,6 +571,7 @@ mod tests {
             relative_index: None,
             pooled: false,
             ramp_spans: 0,
+            latency: Box::new(super::Cumulative::new()),
         }
     }
 
@@ -581,6 +596,7 @@ mod tests {
             slow: 2,
             cancelled: 1,
             stale: 1,
+            straddle: 0,
         };
         ts.add_totals(10, 2, &counts);
         let t = ts.totals;
@@ -607,6 +623,7 @@ mod tests {
                 relative_index: None,
                 pooled: false,
                 ramp_spans: 0,
+                latency: Box::new(super::Cumulative::new()),
             };
             let mut pushed: Vec<(u64, u64)> = Vec::new();
             for i in 1..=12u64 {

@@ -67,6 +67,42 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, Sample> {
         put("breaker_trips_total", &[], Kind::Counter, s.trip_count as f64);
         let open = s.open_for.map_or(0.0, |d| d.as_secs_f64());
         put("breaker_open_duration_seconds", &[], Kind::Gauge, open);
+        put(
+            "breaker_open_seconds_total",
+            &[],
+            Kind::Counter,
+            s.open_time_total.as_secs_f64(),
+        );
+        // The cumulative histogram: a bucket per edge, +Inf, sum and count.
+        let h = &r.latency_histogram;
+        for (le, n) in h.buckets() {
+            let le = format!("{:?}", le.as_secs_f64());
+            put(
+                "breaker_call_duration_seconds_bucket",
+                &[("le", &le)],
+                Kind::Counter,
+                n as f64,
+            );
+        }
+        let inf = format!("{:?}", f64::INFINITY);
+        put(
+            "breaker_call_duration_seconds_bucket",
+            &[("le", &inf)],
+            Kind::Counter,
+            h.count() as f64,
+        );
+        put(
+            "breaker_call_duration_seconds_sum",
+            &[],
+            Kind::Counter,
+            h.sum().as_secs_f64(),
+        );
+        put(
+            "breaker_call_duration_seconds_count",
+            &[],
+            Kind::Counter,
+            h.count() as f64,
+        );
         put("breaker_flapping", &[], Kind::Gauge, f64::from(u8::from(s.flapping)));
         put("breaker_calls_total", &[], Kind::Counter, s.totals.calls as f64);
         put("breaker_errors_total", &[], Kind::Counter, s.totals.errors as f64);
@@ -170,12 +206,34 @@ fn parsed(text: &str) -> BTreeMap<Key, Sample> {
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
     let mut out = BTreeMap::new();
     for s in scrape.samples {
+        let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let (kind, v) = match s.value {
             prometheus_parse::Value::Counter(v) => (Kind::Counter, v),
             prometheus_parse::Value::Gauge(v) => (Kind::Gauge, v),
+            // A histogram's buckets: one series per edge, as counters.
+            prometheus_parse::Value::Histogram(buckets) => {
+                for b in buckets {
+                    let le = format!("{:?}", b.less_than);
+                    let mut labels = labels.clone();
+                    labels.push(("le", &le));
+                    let bucket = format!("{}_bucket", s.metric);
+                    assert!(
+                        out.insert(key(&bucket, &labels), Sample(Kind::Counter, b.count))
+                            .is_none(),
+                        "duplicate bucket {bucket} {le}"
+                    );
+                }
+                continue;
+            }
+            // Its sum and count (the parser leaves them untyped).
+            prometheus_parse::Value::Untyped(v)
+                if s.metric.starts_with("breaker_call_duration_seconds_")
+                    || s.metric.starts_with("breaker_emit_seconds_") =>
+            {
+                (Kind::Counter, v)
+            }
             other => panic!("{}: unexpected value type {other:?}", s.metric),
         };
-        let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert!(
             out.insert(key(&s.metric, &labels), Sample(kind, v)).is_none(),
             "duplicate series {}",
@@ -388,11 +446,12 @@ fn every_series_matches_the_snapshots() {
         (rejected("ledger", "open"), rejected("compliance", "forced")),
         (3.0, 1.0)
     );
-    // 5 consumers × (21 series + 4 quantiles + 7 limits and threshold), +
-    // checkout's baseline and ramp, + 2 + 5 × 3 for the queue. Ledger and
-    // search closed no window with calls: NaN.
+    // 5 consumers × (22 series + 4 quantiles + 7 limits and threshold + 56
+    // of the histogram: 52 fixed edges, the 50 ms threshold's, +Inf, sum,
+    // count), + checkout's baseline and ramp, + 2 + 5 × 3 for the queue.
+    // Ledger and search closed no window with calls: NaN.
     assert_eq!(by_name("ledger").snapshot.window.latency, None);
-    assert_eq!(got.len(), 5 * (21 + 4 + 7) + 2 + 2 + 5 * 3);
+    assert_eq!(got.len(), 5 * (22 + 4 + 7 + 56) + 2 + 2 + 5 * 3);
     let nan = key(
         "breaker_latency_seconds",
         &[("consumer", "search"), ("quantile", "0.99")],
@@ -415,6 +474,7 @@ fn names_and_types_are_exactly_the_documented_ones() {
         ("breaker_mode", "gauge"),
         ("breaker_trips_total", "counter"),
         ("breaker_open_duration_seconds", "gauge"),
+        ("breaker_open_seconds_total", "counter"),
         ("breaker_flapping", "gauge"),
         ("breaker_calls_total", "counter"),
         ("breaker_errors_total", "counter"),
@@ -426,6 +486,7 @@ fn names_and_types_are_exactly_the_documented_ones() {
         ("breaker_shadow_rejections_total", "counter"),
         ("breaker_rejected_total", "counter"),
         ("breaker_latency_seconds", "gauge"),
+        ("breaker_call_duration_seconds", "histogram"),
         ("breaker_window_seconds", "gauge"),
         ("breaker_latency_threshold_seconds", "gauge"),
         ("breaker_latency_baseline_seconds", "gauge"),
@@ -452,7 +513,12 @@ fn names_and_types_are_exactly_the_documented_ones() {
     // Every sample line's metric has its TYPE line.
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let name = line.split(['{', ' ']).next().unwrap();
-        assert!(types.contains_key(name), "{line}");
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .filter(|base| types.get(base) == Some(&"histogram"))
+            .unwrap_or(name);
+        assert!(types.contains_key(family), "{line}");
     }
 }
 
