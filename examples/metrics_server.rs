@@ -220,16 +220,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })?
         .metrics_only();
     let dlq: DeadLetterQueue<u64> = DeadLetterQueue::with_capacity(4096)?;
-    assert!(
-        registry.attach_fallback("pricing", dlq.producer()),
-        "pricing is registered"
-    );
+    registry.attach_fallback("pricing", dlq.producer())?;
     let ledger_breaker = registry.get_or_create("ledger", || Breaker::builder().window(window))?;
     let ledger = Emitter::builder(ledger_breaker, DeadLetterQueue::with_capacity(1024)?)
         .bulkhead(8)?
         .timeout(Duration::from_millis(100))?
         .build()?;
-    assert!(registry.attach_emitter("ledger", &ledger), "ledger is registered");
+    registry.attach_emitter("ledger", &ledger)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {

@@ -15,6 +15,7 @@
 //! | `breaker_mode{mode}` | gauge | 1 for the current override mode, 0 for the others |
 //! | `breaker_trips_total` | counter | transitions into OPEN (trips and re-opens) |
 //! | `breaker_open_duration_seconds` | gauge | how long it has been OPEN, 0 when not (and when forced open) |
+//! | `breaker_open_seconds_total` | counter | seconds spent OPEN since the breaker was built ([`Snapshot::open_time_total`](crate::Snapshot::open_time_total)): by its own rules (under `metrics_only`, the time it would have been), not forced open; so `increase(...[1h])` is how long a consumer was shed in the last hour |
 //! | `breaker_flapping` | gauge | 1 while OPEN → HALF_OPEN → OPEN cycles come too often |
 //! | `breaker_calls_total`, `breaker_errors_total`, `breaker_slow_calls_total`, `breaker_cancelled_total` | counter | over every closed window |
 //! | `breaker_stale_calls_total` | counter | verdicts of permits admitted before a transition: counted apart, never judged |
@@ -22,7 +23,8 @@
 //! | `breaker_rejected_total{reason}` | counter | calls the breaker rejected: `open` (backoff running), `probes_busy` (half-open, every probe slot taken), `forced` (forced open), `ramping` (in a recovery ramp, beyond the share admitted); counted per thread shard, so the OPEN path writes no shared line |
 //! | `breaker_events_lost_total` | counter | transition events the listener never got (its queue of 64 was full) |
 //! | `breaker_listener_panics_total` | counter | panics of the transition listener, caught |
-//! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary |
+//! | `breaker_latency_seconds{quantile}` | gauge | P50/P90/P99/P99.9 of the last closed window; NaN for a window without calls (as while OPEN), as client libraries do for an empty summary. Quantiles of one instance: they cannot be averaged across a fleet (use the histogram) |
+//! | `breaker_call_duration_seconds` | histogram | every call measured since the breaker was built ([`LatencyHistogram`]), counted at window close: `le` at the fixed edges ([`LatencyHistogram::edges`]: two per octave, 1.024 µs to 48.6 s), at the latency threshold when it is not one of them, and `+Inf`; exact at every edge, so `_count - _bucket{le="<threshold>"}` is the slow calls among them; `_sum` estimated (within 4.72%). The same edges on every instance: `histogram_quantile(0.99, sum by (le, consumer) (rate(..._bucket[5m])))` is a fleet's P99 per consumer |
 //! | `breaker_window_seconds`, `breaker_slow_ratio_limit`, `breaker_trip_windows`, `breaker_min_calls`, `breaker_error_ratio_limit`, `breaker_error_window_seconds` | gauge | the [`Limits`](crate::Limits) windows are judged by, to read the counters against |
 //! | `breaker_latency_threshold_seconds` | gauge | the threshold the last closed window was judged by ([`WindowStats::threshold`](crate::WindowStats::threshold)): the latency threshold, or with the relative rule the lower of it and the relative threshold |
 //! | `breaker_latency_baseline_seconds` | gauge | the relative rule's baseline ([`Snapshot::latency_baseline`](crate::Snapshot::latency_baseline)); only consumers that have one |
@@ -43,6 +45,22 @@
 //! Per class, `queued = popped + displaced + class_depth` (exactly once the
 //! queue is quiet; see [`ClassStats`]).
 //!
+//! Every name starts with `breaker_` unless the collector is given another
+//! prefix ([`BreakerCollector::with_prefix`]).
+//!
+//! # Which `prometheus-client`
+//! [`BreakerCollector`] implements the [`Collector`] trait of
+//! `prometheus-client` 0.26, re-exported here as [`prometheus_client`]:
+//! register it in a registry of that crate (`tailguard::prometheus::prometheus_client::registry::Registry`)
+//! and the types agree. An application on another version of
+//! `prometheus-client` gets E0277 (`BreakerCollector: Collector` not
+//! satisfied, the two crates' traits being different traits) if it
+//! registers the collector in its own registry; it serves
+//! [`encode_text`] (or [`BreakerCollector::encode_text`]) instead, on its
+//! own path or after its own registry's text (the text format lets
+//! families of two encoders follow each other, as long as no name is in
+//! both: give the collector a prefix if one is).
+//!
 //! Counters and window quantiles move when a window closes (the
 //! [`Ticker`](crate::Ticker) or [`Breaker::tick`](crate::Breaker::tick)),
 //! not per call. A family with no series (say, no queue attached anywhere)
@@ -58,6 +76,20 @@
 //! assert!(text.contains("# TYPE breaker_trips_total counter\n"));
 //! # Ok::<(), tailguard::ConfigError>(())
 //! ```
+
+/// The `prometheus-client` crate this module's [`Collector`] is for (its
+/// version 0.26): a registry from here accepts a [`BreakerCollector`].
+///
+/// ```
+/// use tailguard::prometheus::{prometheus_client, BreakerCollector};
+///
+/// let mut metrics = prometheus_client::registry::Registry::default();
+/// metrics.register_collector(Box::new(BreakerCollector::new(tailguard::Registry::new())));
+/// let mut text = String::new();
+/// prometheus_client::encoding::text::encode(&mut text, &metrics)?;
+/// # Ok::<(), std::fmt::Error>(())
+/// ```
+pub use prometheus_client;
 
 use crate::dlq::{ClassStats, Priority};
 use crate::emit::{EmitterStats, Exported, EXPORTED};

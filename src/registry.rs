@@ -173,7 +173,11 @@ impl Registry {
     /// Reports `producer`'s queue as the fallback of consumer `name`: its
     /// depth, capacity and per-class counters appear in
     /// [`consumers`](Self::consumers) and in the `breaker_fallback_*`
-    /// metrics. Returns false if there is no such consumer.
+    /// metrics.
+    ///
+    /// # Errors
+    /// [`UnknownConsumer`] if there is no consumer `name` (nothing is
+    /// attached): it names the nearest registered name, for a typo.
     ///
     /// ```
     /// use tailguard::dlq::{DeadLetterQueue, Priority};
@@ -181,32 +185,35 @@ impl Registry {
     ///
     /// let r = Registry::new();
     /// let q: DeadLetterQueue<u32> = DeadLetterQueue::with_capacity(8)?;
-    /// assert!(!r.attach_fallback("pricing", q.producer()), "no such consumer yet");
+    /// assert!(r.attach_fallback("pricing", q.producer()).is_err(), "no such consumer yet");
     /// r.get_or_create("pricing", Breaker::builder)?;
-    /// assert!(r.attach_fallback("pricing", q.producer()));
+    /// r.attach_fallback("pricing", q.producer())?;
+    /// let typo = r.attach_fallback("pricnig", q.producer()).unwrap_err();
+    /// assert_eq!(typo.nearest(), Some("pricing"));
     /// let _ = q.push(7, Priority::Critical);
     /// let row = &r.consumers()[0];
     /// assert_eq!((row.fallback_depth, row.fallback_capacity), (Some(1), Some(8)));
     /// assert_eq!(row.fallback_stats.unwrap().critical.queued, 1);
-    /// # Ok::<(), tailguard::ConfigError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[must_use = "false: there is no consumer of that name, and nothing was attached"]
-    pub fn attach_fallback<T: Send + 'static>(&self, name: &str, producer: Producer<T>) -> bool {
+    pub fn attach_fallback<T: Send + 'static>(&self, name: &str, producer: Producer<T>) -> Result<(), UnknownConsumer> {
         let capacity = producer.capacity();
-        match self.entries.write().get_mut(name) {
-            Some(e) => {
-                e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
-                true
-            }
-            None => false,
-        }
+        let mut entries = self.entries.write();
+        let Some(e) = entries.get_mut(name) else {
+            return Err(UnknownConsumer::new(name, entries.keys()));
+        };
+        e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
+        Ok(())
     }
 
     /// Reports `emitter` as consumer `name`'s emit path: its counters and
     /// emit-time histogram appear in [`consumers`](Self::consumers) and in
     /// the `breaker_emit_*` and `breaker_bulkhead_*` metrics, and its queue
     /// as the consumer's fallback (as [`attach_fallback`](Self::attach_fallback)).
-    /// Returns false if there is no such consumer.
+    ///
+    /// # Errors
+    /// [`UnknownConsumer`] if there is no consumer `name` (nothing is
+    /// attached): it names the nearest registered name, for a typo.
     ///
     /// ```
     /// use tailguard::dlq::{DeadLetterQueue, Priority};
@@ -216,28 +223,31 @@ impl Registry {
     /// let r = Registry::new();
     /// let b = r.get_or_create("pricing", Breaker::builder)?;
     /// let e = Emitter::builder(b, DeadLetterQueue::with_capacity(8)?).bulkhead(4)?.build()?;
-    /// assert!(r.attach_emitter("pricing", &e));
+    /// r.attach_emitter("pricing", &e)?;
+    /// let err = r.attach_emitter("Pricing", &e).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "no consumer named \"Pricing\" in this registry (did you mean \"pricing\"?); create it with Registry::get_or_create first"
+    /// );
     /// let _ = e.emit_blocking(1u32, Priority::Routine, |_, _| Ok::<_, ()>(()));
     /// let row = &r.consumers()[0];
     /// assert_eq!(row.emitter.as_ref().unwrap().delivered, 1);
     /// assert_eq!(row.fallback_capacity, Some(8));
-    /// # Ok::<(), tailguard::ConfigError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[must_use = "false: there is no consumer of that name, and nothing was attached"]
-    pub fn attach_emitter<T: Send + 'static>(&self, name: &str, emitter: &Emitter<T>) -> bool {
+    pub fn attach_emitter<T: Send + 'static>(&self, name: &str, emitter: &Emitter<T>) -> Result<(), UnknownConsumer> {
         let producer = emitter.producer().clone();
         let capacity = producer.capacity();
         let bulkhead = emitter.bulkhead().cloned();
         let emitter = emitter.clone();
-        match self.entries.write().get_mut(name) {
-            Some(e) => {
-                e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
-                e.emitter = Some(Arc::new(move || emitter.stats()));
-                e.bulkhead = bulkhead;
-                true
-            }
-            None => false,
-        }
+        let mut entries = self.entries.write();
+        let Some(e) = entries.get_mut(name) else {
+            return Err(UnknownConsumer::new(name, entries.keys()));
+        };
+        e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
+        e.emitter = Some(Arc::new(move || emitter.stats()));
+        e.bulkhead = bulkhead;
+        Ok(())
     }
 
     /// Every distinct bulkhead of the attached emitters, once each, in the
@@ -335,4 +345,99 @@ impl Registry {
             })
             .collect()
     }
+}
+
+/// There is no consumer of that name in the registry
+/// ([`Registry::attach_fallback`], [`Registry::attach_emitter`]): nothing
+/// was attached. Names the consumer asked for and, if one is close (a
+/// letter or two off, or another case), the registered name it may have
+/// meant.
+///
+/// ```
+/// use tailguard::{Breaker, Registry};
+/// use tailguard::dlq::DeadLetterQueue;
+///
+/// let r = Registry::new();
+/// r.get_or_create("compliance", Breaker::builder)?;
+/// let q: DeadLetterQueue<u8> = DeadLetterQueue::with_capacity(4)?;
+/// let err = r.attach_fallback("complaince", q.producer()).unwrap_err();
+/// assert_eq!((err.name(), err.nearest()), ("complaince", Some("compliance")));
+/// let err = r.attach_fallback("ledger", q.producer()).unwrap_err();
+/// assert_eq!(err.nearest(), None, "nothing close");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownConsumer {
+    name: String,
+    nearest: Option<String>,
+}
+
+impl UnknownConsumer {
+    fn new<'a>(name: &str, known: impl Iterator<Item = &'a Arc<str>>) -> Self {
+        // The closest name within a third of the longer one's length (at
+        // least one edit), a case difference counting as no distance.
+        let lower = name.to_lowercase();
+        let nearest = known
+            .map(|k| (edit_distance(&lower, &k.to_lowercase()), k))
+            .filter(|(d, k)| *d <= (name.chars().count().max(k.chars().count()) / 3).max(1))
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, k)| k.to_string());
+        Self {
+            name: name.to_owned(),
+            nearest,
+        }
+    }
+
+    /// The name asked for.
+    ///
+    /// ```
+    /// let r = tailguard::Registry::new();
+    /// let q: tailguard::dlq::DeadLetterQueue<u8> = tailguard::dlq::DeadLetterQueue::with_capacity(1)?;
+    /// assert_eq!(r.attach_fallback("a", q.producer()).unwrap_err().name(), "a");
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The registered name closest to it, if one is close.
+    ///
+    /// ```
+    /// let r = tailguard::Registry::new();
+    /// r.get_or_create("search", tailguard::Breaker::builder)?;
+    /// let q: tailguard::dlq::DeadLetterQueue<u8> = tailguard::dlq::DeadLetterQueue::with_capacity(1)?;
+    /// assert_eq!(r.attach_fallback("serch", q.producer()).unwrap_err().nearest(), Some("search"));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn nearest(&self) -> Option<&str> {
+        self.nearest.as_deref()
+    }
+}
+
+impl core::fmt::Display for UnknownConsumer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "no consumer named {:?} in this registry", self.name)?;
+        if let Some(n) = &self.nearest {
+            write!(f, " (did you mean {n:?}?)")?;
+        }
+        f.write_str("; create it with Registry::get_or_create first")
+    }
+}
+
+impl std::error::Error for UnknownConsumer {}
+
+/// Levenshtein distance over chars (short names: quadratic is fine).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb)).min(above + 1).min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }

@@ -7,7 +7,7 @@ use tailguard::Breaker;
 /// (The exact figures are checked against the README below.)
 #[test]
 #[cfg(all(target_pointer_width = "64", not(feature = "tracing")))]
-fn one_breaker_is_about_two_kilobytes_at_default_settings_on_two_shards() {
+fn one_breaker_is_about_two_and_a_half_kilobytes_at_default_settings_on_two_shards() {
     let bytes = |shards| {
         Breaker::builder()
             .ticker(false)
@@ -17,10 +17,10 @@ fn one_breaker_is_about_two_kilobytes_at_default_settings_on_two_shards() {
             .memory_bytes()
     };
     let (one, two, four) = (bytes(1), bytes(2), bytes(4));
-    assert!(two <= 2048 + 128, "{two} bytes");
+    assert!(two <= 2560 + 128, "{two} bytes");
     assert_eq!(two - one, four - two - (two - one), "linear in the shard count");
     assert_eq!(two - one, 640, "one shard: buckets, carries and counters, cache-padded");
-    assert!(50 * two <= 105 * 1024, "50 consumers in about 100 KB");
+    assert!(50 * two <= 128 * 1024, "50 consumers in about 128 KB");
 }
 
 /// The memory figures `docs/figures.md` states are the code's, exactly, on the
@@ -58,7 +58,7 @@ fn the_stated_memory_figures_are_the_code_s() {
     };
     let kb = |n: usize| format!("{:.1} KB", n as f64 / 1024.0);
     let stated = [
-        format!("x86-64: {base} bytes"),
+        format!("x86-64: {} bytes", thousands(base)),
         format!("plus {per_shard} per shard"),
         format!("**{} bytes**", thousands(two)),
         format!("local handle adds about {}", kb(local)),

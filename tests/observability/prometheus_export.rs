@@ -297,7 +297,7 @@ fn scenario(registry: &Registry) -> (Vec<ManualClock>, DeadLetterQueue<u32>) {
     for _ in 0..3 {
         assert!(dlq.pop().is_some());
     }
-    assert!(registry.attach_fallback("pricing", dlq.producer()));
+    registry.attach_fallback("pricing", dlq.producer()).unwrap();
 
     // compliance: fast and healthy.
     let compliance_clock = ManualClock::new();
@@ -581,7 +581,7 @@ fn open_duration_and_depth_are_read_at_scrape_time() {
         })
         .unwrap();
     let dlq = DeadLetterQueue::with_capacity(4).unwrap();
-    assert!(registry.attach_fallback("pricing", dlq.producer()));
+    registry.attach_fallback("pricing", dlq.producer()).unwrap();
     b.trip_now();
     clock.advance(1500 * MS);
     let _ = dlq.push(1u8, Priority::Idle);
@@ -639,7 +639,7 @@ fn an_attached_emitter_exports_its_emit_times_outcomes_and_bulkhead() {
         .unwrap()
         .build()
         .unwrap();
-    assert!(registry.attach_emitter("pricing", &e));
+    registry.attach_emitter("pricing", &e).unwrap();
     // 3 µs, 3 ms and 300 ms (timed out) calls; then two rejected emits, the
     // second of which finds the queue full.
     for (ms_x1000, ok) in [(3u64, true), (3_000, true), (300_000, false)] {
@@ -736,7 +736,7 @@ fn a_shared_bulkhead_is_exported_once_and_rejections_are_each_emitter_s_share() 
             .shared_bulkhead(shared.clone())
             .build()
             .unwrap();
-        assert!(registry.attach_emitter(name, &e));
+        registry.attach_emitter(name, &e).unwrap();
         e
     };
     let (pricing, dispatch) = (emitter("pricing"), emitter("dispatch"));
@@ -806,7 +806,7 @@ fn every_exported_counter_is_monotonic_while_everything_races() {
         .unwrap()
         .build()
         .unwrap();
-    assert!(registry.attach_emitter("pricing", &e));
+    registry.attach_emitter("pricing", &e).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for t in 0..2u64 {
@@ -897,7 +897,7 @@ fn distinct_bulkheads_get_distinct_label_sets() {
         } else {
             builder.shared_bulkhead(shared.clone())
         };
-        assert!(r.attach_emitter(name, &builder.build().unwrap()));
+        r.attach_emitter(name, &builder.build().unwrap()).unwrap();
     }
     let text = tailguard::prometheus::encode_text(&r);
     let series: Vec<&str> = text
@@ -933,7 +933,7 @@ fn the_emitter_families_are_written_in_their_order() {
         .unwrap()
         .build()
         .unwrap();
-    assert!(registry.attach_emitter("pricing", &e));
+    registry.attach_emitter("pricing", &e).unwrap();
     let _ = e.emit_blocking(1u8, Priority::Routine, |_, _| Ok::<_, ()>(()));
     let text = encode_text(&registry);
     let families: Vec<&str> = text

@@ -21,7 +21,7 @@ fn registry_creates_once_looks_up_removes_and_iterates() {
     assert!(registry.get("broken").is_none(), "a bad config registers nothing");
     registry.get_or_create("compliance", Breaker::builder).unwrap();
     let dlq: DeadLetterQueue<u32> = DeadLetterQueue::with_capacity(8).unwrap();
-    assert!(registry.attach_fallback("pricing", dlq.producer()));
+    registry.attach_fallback("pricing", dlq.producer()).unwrap();
     assert!(matches!(dlq.push(1, Priority::Routine), Ok(Pushed::Queued)));
     assert!(matches!(dlq.push(2, Priority::Critical), Ok(Pushed::Queued)));
     let rows = registry.consumers();
