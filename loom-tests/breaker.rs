@@ -17,7 +17,7 @@
 //! | probe leases stamped by the CAS that won the slot (`breaker/admission.rs`) | `a_probe_admitted_from_a_stale_word_gets_its_own_lease` |
 //! | lease expiry against the probe's verdict (`breaker/window.rs`, `breaker/admission.rs`) | `a_probe_verdict_racing_its_lease_expiry_decides_the_round_once` |
 //! | rounds and generations: the 64-bit generation, stale verdicts (`state.rs`, `breaker/transition.rs`, `breaker/permit.rs`) | `a_stale_generation_result_changes_nothing`, `a_probe_from_an_old_round_never_decides_the_new_one` |
-//! | OPEN deadline published after the trip, withdrawn after the OPEN (`breaker/open.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected` |
+//! | OPEN deadline published after the trip, withdrawn after the OPEN, and the time OPEN summed as it is withdrawn (`breaker/open.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected`, `time_open_is_read_once_against_a_racing_end_and_re_open` |
 //! | window close against records into shared shards (`shard.rs`, `breaker/window.rs`) | `counters_are_conserved_across_a_concurrent_tick` |
 //! | owned handles: single-writer shards read by window close, shards handed out by CAS (`shard.rs`, `breaker/permit.rs`) | `local_handle_records_are_conserved_across_a_concurrent_tick`, `a_local_shard_is_handed_out_once` |
 //! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag; generation tags keeping calls after a transition from those before it (`flight.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`, `a_call_admitted_after_a_transition_is_never_claimed_with_those_before` |
@@ -420,6 +420,35 @@ fn a_call_racing_a_trip_is_admitted_before_it_or_rejected() {
         t.join().unwrap();
         let r = b.allow().unwrap_err();
         assert_eq!(r.retry_after(), Some(SEC));
+    });
+}
+
+/// The time spent OPEN against snapshots: a breaker OPEN since 0 s, the
+/// clock at 5 s; one thread's probe ends the OPEN (OPEN → HALF_OPEN, the
+/// deadline withdrawn and its 5 s added) and fails (a re-open at 5 s, a
+/// deadline published) while another thread snapshots. Whatever the
+/// interleaving (between a CAS and its withdrawal or publication too),
+/// every snapshot reads exactly 5 s: the OPEN counted once, never lost,
+/// never doubled.
+#[test]
+fn time_open_is_read_once_against_a_racing_end_and_re_open() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder().clock(clock.clone()).build().unwrap();
+        b.trip_now();
+        clock.advance(5 * SEC);
+        let b2 = b.clone();
+        let t = thread::spawn(move || {
+            let p = b2.allow().unwrap();
+            assert!(p.is_probe());
+            p.record(false);
+        });
+        for _ in 0..2 {
+            assert_eq!(b.snapshot().open_time_total, 5 * SEC);
+        }
+        t.join().unwrap();
+        assert_eq!(b.state(), State::Open);
+        assert_eq!(b.snapshot().open_time_total, 5 * SEC);
     });
 }
 

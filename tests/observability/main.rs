@@ -1,10 +1,12 @@
 //! What the breaker tells an operator: latency quantiles, flapping, the
-//! registry, its memory, the Prometheus export and the `tracing` events.
+//! registry, what a fleet adds up (the cumulative histogram, the time
+//! OPEN), its memory, the Prometheus export and the `tracing` events.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod flapping;
+mod fleet;
 // Its figures are for a build without `tracing`, whose event queue every
 // breaker then keeps.
 #[cfg(not(feature = "tracing"))]
