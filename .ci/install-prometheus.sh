@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs prometheus and promtool with apt-get when either is missing (the
 # package's init script kept from starting a daemon on 0.0.0.0:9090). Used by
-# .ci/fleet-e2e.sh; the same block as in .ci/prometheus-e2e.sh.
+# .ci/prometheus-e2e.sh and .ci/fleet-e2e.sh.
 set -euo pipefail
 if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
   exit 0

@@ -14,27 +14,7 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
-  step "installing prometheus (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  # Keep the package's init script from starting a daemon on 0.0.0.0:9090.
-  own_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    own_policy=1
-  fi
-  apt_log="$(mktemp)"
-  apt_status=0
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; } >"$apt_log" 2>&1 ||
-    apt_status=$?
-  if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
-  if [ "$apt_status" != 0 ]; then
-    cat "$apt_log" >&2
-    exit 1
-  fi
-  rm -f "$apt_log"
-fi
+bash .ci/install-prometheus.sh
 prometheus --version 2>&1 | sed -n 1p
 
 step "promtool check rules ops/alerts.yml ops/fleet.yml"

@@ -136,6 +136,45 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub struct BreakerCollector {
     registry: Registry,
     prefix: std::sync::Arc<str>,
+    histogram: HistogramExport,
+}
+
+/// How much of each breaker's latency histogram a [`BreakerCollector`]
+/// exports as `breaker_call_duration_seconds`
+/// ([`BreakerCollector::with_histogram`]): its buckets are most of a
+/// scrape (measured in `docs/figures.md`).
+///
+/// Every instance of a fleet must export the same: `sum by (le)` over
+/// instances with different edges is no histogram. Dropping edges never
+/// changes the counts at the edges kept, nor the sum and count.
+///
+/// ```
+/// use tailguard::prometheus::{BreakerCollector, HistogramExport};
+/// let registry = tailguard::Registry::new();
+/// registry.get_or_create("pricing", tailguard::Breaker::builder)?;
+/// let buckets = |export| {
+///     let text = BreakerCollector::new(registry.clone()).with_histogram(export).encode_text();
+///     text.lines().filter(|l| l.starts_with("breaker_call_duration_seconds_bucket")).count()
+/// };
+/// // 52 fixed edges, the 50 ms threshold's, +Inf; every other one; none.
+/// assert_eq!(buckets(HistogramExport::HalfOctaves), 54);
+/// assert_eq!(buckets(HistogramExport::Octaves), 28);
+/// assert_eq!(buckets(HistogramExport::Off), 0);
+/// # Ok::<(), tailguard::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HistogramExport {
+    /// Every fixed edge ([`LatencyHistogram::edges`], two per octave), the
+    /// threshold's, +Inf: the default.
+    #[default]
+    HalfOctaves,
+    /// One edge per octave (every other fixed edge: 1.024 µs × 2^k), the
+    /// threshold's, +Inf: half the series, a fleet P99 within a factor of
+    /// 2 instead of √2.
+    Octaves,
+    /// No `breaker_call_duration_seconds` at all.
+    Off,
 }
 
 impl BreakerCollector {
@@ -149,7 +188,32 @@ impl BreakerCollector {
         Self {
             registry,
             prefix: std::sync::Arc::from(DEFAULT_PREFIX),
+            histogram: HistogramExport::default(),
         }
+    }
+
+    /// The same collector exporting `export` of each breaker's latency
+    /// histogram (see [`HistogramExport`]).
+    ///
+    /// ```
+    /// use tailguard::prometheus::{BreakerCollector, HistogramExport};
+    /// let c = BreakerCollector::new(tailguard::Registry::new()).with_histogram(HistogramExport::Octaves);
+    /// assert_eq!(c.histogram(), HistogramExport::Octaves);
+    /// ```
+    pub fn with_histogram(mut self, export: HistogramExport) -> Self {
+        self.histogram = export;
+        self
+    }
+
+    /// What it exports of each latency histogram.
+    ///
+    /// ```
+    /// use tailguard::prometheus::{BreakerCollector, HistogramExport};
+    /// let c = BreakerCollector::new(tailguard::Registry::new());
+    /// assert_eq!(c.histogram(), HistogramExport::HalfOctaves);
+    /// ```
+    pub fn histogram(&self) -> HistogramExport {
+        self.histogram
     }
 
     /// The same collector with every series named `prefix` + the rest of
@@ -436,16 +500,28 @@ impl EncodeMetric for EmitSeconds {
 
 /// A breaker's cumulative latency histogram, as a Prometheus histogram in
 /// seconds: the fixed edges, the threshold's if it has one, then +Inf.
-struct CallSeconds(LatencyHistogram);
+struct CallSeconds(LatencyHistogram, HistogramExport);
 
 impl EncodeMetric for CallSeconds {
     fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
         let h = &self.0;
+        // Under `Octaves`, every other fixed edge (the even ones from the
+        // first) and the threshold's.
+        let threshold = h.threshold_edge();
+        let mut fixed = 0usize;
+        let mut kept = |le: std::time::Duration| {
+            if Some(le) == threshold {
+                return true;
+            }
+            fixed += 1;
+            self.1 != HistogramExport::Octaves || fixed % 2 == 1
+        };
         // The encoder sums the buckets itself: hand it each bucket's own
         // count, and the rest above the last edge as +Inf.
         let mut below = 0;
         let mut buckets: Vec<(f64, u64)> = h
             .buckets()
+            .filter(|&(le, _)| kept(le))
             .map(|(le, n)| {
                 let own = n.saturating_sub(below);
                 below = n;
@@ -709,7 +785,7 @@ impl Collector for BreakerCollector {
             &p.name("call_duration_seconds"),
             "Latency of every call measured since the breaker was built, counted at window close; fixed edges, two per octave, plus the latency threshold.",
             &rows,
-            |r| Some(CallSeconds(r.latency_histogram.clone())),
+            |r| (p.histogram != HistogramExport::Off).then(|| CallSeconds(r.latency_histogram.clone(), p.histogram)),
         )?;
         let limit =
             |f: fn(&crate::Limits) -> f64| move |r: &ConsumerSnapshot| Some(ConstGauge::new(f(&r.snapshot.limits)));

@@ -20,8 +20,10 @@
 //! one of the shard's [`CARRIES`] wide carry counters, tagged with the bucket,
 //! at a cost of one more atomic per 32,768 records. Only if more than
 //! `CARRIES` buckets of one shard overflow within one window do the excess
-//! counts go to untagged spill counters: calls and slow calls stay exact,
-//! those samples leave the quantiles.
+//! counts go to the shard's overflow table, a wide counter per bucket,
+//! allocated (1.7 KB) the first time this happens to the shard and kept:
+//! every count stays in its bucket, so calls, slow calls, the quantiles
+//! and the cumulative histogram stay exact.
 //!
 //! # Local shards
 //! An owned per-core handle has a shard with a single writer: plain loads and
@@ -89,8 +91,9 @@ pub(crate) struct Shard {
     /// by summing the shards (never drained), so that a rejection counts on
     /// its thread's shard, not on a line every thread writes.
     rejected: [AtomicU64; 4],
-    spill_calls: AtomicU64,
-    spill_slow: AtomicU64,
+    /// A wide counter per bucket, for counts no carry could take (set up
+    /// the first time, read at window close when [`CARRIED`] is marked).
+    overflow: std::sync::OnceLock<Box<[AtomicU64; BUCKETS]>>,
     in_flight: Option<Box<InFlight>>,
     buckets: [AtomicU64; WORDS],
     /// `(bucket + 1) << 56 | count`, or 0 when free.
@@ -110,15 +113,14 @@ impl Shard {
             cancelled: AtomicU64::new(0),
             stale: AtomicU64::new(0),
             rejected: core::array::from_fn(|_| AtomicU64::new(0)),
-            spill_calls: AtomicU64::new(0),
-            spill_slow: AtomicU64::new(0),
+            overflow: std::sync::OnceLock::new(),
             in_flight: track_in_flight.then(|| Box::new(InFlight::new())),
         }
     }
 
     /// Records one call in `bucket` (see [`bucket_of`]).
     #[inline(always)]
-    pub(crate) fn record(&self, bucket: usize, error: bool, threshold_index: usize) {
+    pub(crate) fn record(&self, bucket: usize, error: bool) {
         let shift = 16 * (bucket % LANES) as u32;
         let prev = self.buckets[bucket / LANES].fetch_add(1 << shift, Ordering::Relaxed);
         if prev == 0 {
@@ -127,7 +129,7 @@ impl Shard {
         // A lane never carries into its neighbour: it is emptied at 2^15,
         // long before 2^16, unless 32,768 records race one spill.
         if (prev >> shift) & LANE_MASK >= SPILL_AT {
-            self.spill(bucket, threshold_index);
+            self.spill(bucket);
         }
         if error {
             // Release: window close takes `errors` before the buckets, so
@@ -138,7 +140,7 @@ impl Shard {
 
     #[cold]
     #[inline(never)]
-    fn spill(&self, bucket: usize, threshold_index: usize) {
+    fn spill(&self, bucket: usize) {
         let word = &self.buckets[bucket / LANES];
         let shift = 16 * (bucket % LANES) as u32;
         let mut cur = word.load(Ordering::Acquire);
@@ -173,10 +175,14 @@ impl Shard {
                 }
             }
         }
-        self.spill_calls.fetch_add(n, Ordering::Relaxed);
-        if is_slow_bucket(bucket, threshold_index) {
-            self.spill_slow.fetch_add(n, Ordering::Relaxed);
-        }
+        // Every carry holds another bucket's count: the overflow table,
+        // marked as the carries are (after the count, so that a close that
+        // takes the mark finds it).
+        let table = self
+            .overflow
+            .get_or_init(|| Box::new(core::array::from_fn(|_| AtomicU64::new(0))));
+        table[bucket].fetch_add(n, Ordering::Relaxed);
+        self.touched.fetch_or(1 << CARRIED, Ordering::Release);
     }
 
     pub(crate) fn cancel(&self) {
@@ -407,6 +413,11 @@ impl Shards {
                     add((v >> TAG_SHIFT) as usize - 1, v & COUNT_MASK, into);
                 }
             }
+            if let Some(table) = s.overflow.get() {
+                for (bucket, cell) in table.iter().enumerate() {
+                    add(bucket, take(cell), into);
+                }
+            }
         }
         if !self.local.is_empty() {
             visit = u64::MAX;
@@ -433,10 +444,6 @@ impl Shards {
                 add(bucket, *m, into);
             }
         }
-        for s in self.shared.iter() {
-            into.calls += take(&s.spill_calls);
-            into.slow += take(&s.spill_slow);
-        }
     }
 
     /// Rejections so far, summed over the shards.
@@ -457,7 +464,9 @@ impl Shards {
     /// Bytes held by the shards (for the memory figure).
     pub(crate) fn heap_bytes(&self) -> usize {
         let shared = self.shared.len() * core::mem::size_of::<CachePadded<Shard>>()
-            + self.shared.iter().filter(|s| s.in_flight.is_some()).count() * core::mem::size_of::<InFlight>();
+            + self.shared.iter().filter(|s| s.in_flight.is_some()).count() * core::mem::size_of::<InFlight>()
+            + self.shared.iter().filter(|s| s.overflow.get().is_some()).count()
+                * core::mem::size_of::<[AtomicU64; BUCKETS]>();
         let local = self.local.len()
             * (core::mem::size_of::<CachePadded<LocalShard>>() + (BUCKETS + 3) * core::mem::size_of::<AtomicU64>());
         shared + local
@@ -505,7 +514,7 @@ mod tests {
             ] {
                 let is_slow = ns > threshold;
                 slow += u64::from(is_slow);
-                shards.mine().record(bucket_of(ns, is_slow, t), false, t);
+                shards.mine().record(bucket_of(ns, is_slow, t), false);
             }
             let mut c = Counts::default();
             shards.drain(&mut c, |_, _| {});
@@ -520,21 +529,32 @@ mod tests {
         let t = shards.threshold_index;
         // More calls in one window than a u16 holds, in more buckets than
         // there are carries: calls and slow stay exact, and the sketch
-        // keeps every sample of the first CARRIES buckets.
+        // keeps every sample, in its bucket (the overflow table's too).
         let per_bucket = 3 * SPILL_AT + 5;
         let buckets: Vec<usize> = (0..CARRIES + 2).map(|i| key_index(5_000_000) + i).collect();
         for &b in &buckets {
             for _ in 0..per_bucket {
-                shards.mine().record(b, false, t);
+                shards.mine().record(b, false);
             }
         }
-        shards.mine().record(buckets[0], true, t);
+        shards.mine().record(buckets[0], true);
         let mut c = Counts::default();
-        let mut sketched = 0;
-        shards.drain(&mut c, |_, n| sketched += n);
+        let mut sketched = std::collections::BTreeMap::new();
+        shards.drain(&mut c, |key, n| *sketched.entry(key).or_insert(0) += n);
         let total = per_bucket * buckets.len() as u64 + 1;
         assert_eq!((c.calls, c.slow, c.errors), (total, total, 1));
-        assert!(sketched >= per_bucket * CARRIES as u64, "{sketched}");
+        for (i, &b) in buckets.iter().enumerate() {
+            let key = crate::sketch::sketch_key(b, t);
+            assert_eq!(sketched[&key], per_bucket + u64::from(i == 0), "bucket {b}");
+        }
+        assert!(
+            shards.heap_bytes() > core::mem::size_of::<CachePadded<Shard>>() + 1024,
+            "the table"
+        );
+        // The next window: nothing left over, and the table is reused.
+        let mut c = Counts::default();
+        shards.drain(&mut c, |_, _| {});
+        assert_eq!(c, Counts::default());
     }
 
     #[test]

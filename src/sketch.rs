@@ -148,15 +148,19 @@ pub(crate) fn edge_ns(bucket: usize) -> u64 {
 /// `2γ^K / (1 + γ)` nanoseconds (`K` its key), within `α = 4.33%` of every
 /// latency in it. Computed once per process.
 pub(crate) fn value_ns(bucket: usize) -> u64 {
+    values_ns()[bucket.min(BUCKETS - 1)]
+}
+
+/// [`value_ns`] of every bucket (for a caller reading many).
+pub(crate) fn values_ns() -> &'static [u64; BUCKETS] {
     static VALUES: std::sync::OnceLock<[u64; BUCKETS]> = std::sync::OnceLock::new();
-    let values = VALUES.get_or_init(|| {
+    VALUES.get_or_init(|| {
         let gamma = 2f64.powf(1.0 / 8.0);
         core::array::from_fn(|bucket| {
             let key = KEY_OFFSET + bucket as i32;
             (2.0 * gamma.powi(key) / (1.0 + gamma)) as u64
         })
-    });
-    values[bucket.min(BUCKETS - 1)]
+    })
 }
 
 /// One window's latencies, merged from the shards at window close: the
@@ -204,7 +208,9 @@ impl Histogram {
 
     /// Samples held.
     pub(crate) fn total(&self) -> u64 {
-        self.iter().map(|(_, n)| n).sum()
+        let mut total = 0;
+        self.for_each(|_, n| total += n);
+        total
     }
 
     /// Samples in buckets above `bucket`: the calls whose key is above its
@@ -226,6 +232,20 @@ impl Histogram {
         })
     }
 
+    /// Calls `f` with each bucket in use and its count, in increasing
+    /// order (plain loops: what a window close runs for every breaker).
+    #[inline]
+    pub(crate) fn for_each(&self, mut f: impl FnMut(usize, u64)) {
+        for (i, &word) in self.present.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let bucket = i * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                f(bucket, self.counts[bucket]);
+            }
+        }
+    }
+
     /// The buckets in use and their counts, in increasing order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
         self.present.iter().enumerate().flat_map(move |(i, &word)| {
@@ -244,7 +264,7 @@ impl Histogram {
     /// rank `floor(q · (n − 1))`, reported at the bucket's representative
     /// `2γ^K / (1 + γ)`, within `α = 4.33%` of every value in it.
     pub(crate) fn quantiles(&self) -> Option<LatencyQuantiles> {
-        let total: u64 = self.iter().map(|(_, n)| n).sum();
+        let total = self.total();
         if total == 0 {
             return None;
         }

@@ -176,15 +176,18 @@ impl Inner {
     /// The OPEN of `from` is over at `now`: its deadline is withdrawn, so
     /// that no later OPEN whose 30-bit generation is the same (2^30
     /// transitions on) can be taken for it between its CAS and its own
-    /// publication; and its time is added to the time spent OPEN. (An OPEN
-    /// that ended before its publication was never published: it lasted no
-    /// time anyone could see, and adds none.)
+    /// publication; and its time is added to the time spent OPEN, or what
+    /// snapshots already reported of it if that is more (a clock stepped
+    /// back since, or a snapshot between its CAS and this): a later OPEN
+    /// then adds all of its own time on top. (An OPEN that ended before its
+    /// publication was never published: it lasted no time anyone could
+    /// see, and adds none.)
     pub(super) fn retire_deadline(&self, from: Word, now: u64) {
         let mut flaps = self.open_lock.lock();
         if self.deadline_gen.load(Ordering::Acquire) == u64::from(from.generation()) {
             self.deadline_gen.store(u64::MAX, Ordering::Release);
             let lasted = now.saturating_sub(self.opened_at.load(Ordering::Relaxed));
-            flaps.open_ns = flaps.open_ns.saturating_add(lasted);
+            flaps.open_ns = flaps.open_ns.saturating_add(lasted).max(flaps.reported_ns);
         }
     }
 
@@ -192,8 +195,8 @@ impl Inner {
     /// published now (not forced: forcing publishes none). Never less than
     /// it reported before (a snapshot that reads an OPEN just over, before
     /// its withdrawal adds the time up to its transition, reports the
-    /// larger figure until the total passes it), so a counter of it never
-    /// goes back.
+    /// larger figure, and the withdrawal keeps it), so a counter of it
+    /// never goes back, and never hides a later OPEN's time.
     pub(super) fn open_time_total(&self, now: u64) -> u64 {
         let mut flaps = self.open_lock.lock();
         let current = if self.deadline_gen.load(Ordering::Acquire) == u64::MAX {

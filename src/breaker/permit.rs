@@ -92,7 +92,7 @@ impl Sink<'_> {
         let t = inner.shards.threshold_index;
         let bucket = bucket_of(latency_ns, slow, t);
         match self {
-            Sink::Shared => inner.shards.mine().record(bucket, error, t),
+            Sink::Shared => inner.shards.mine().record(bucket, error),
             Sink::Local(shard) => shard.record(bucket, error),
         }
     }

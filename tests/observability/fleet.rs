@@ -307,7 +307,7 @@ fn a_snapshot_racing_the_end_of_an_open_never_sees_the_total_go_back() {
 fn the_export_reads_slow_calls_and_time_open_and_takes_a_prefix() {
     use tailguard::dlq::{DeadLetterQueue, Priority};
     use tailguard::emit::Emitter;
-    use tailguard::prometheus::BreakerCollector;
+    use tailguard::prometheus::{BreakerCollector, HistogramExport};
     use tailguard::Registry;
 
     let clock = ManualClock::new();
@@ -360,4 +360,31 @@ fn the_export_reads_slow_calls_and_time_open_and_takes_a_prefix() {
     }
     let stripped = prefixed.replace("edge_router_", "breaker_");
     assert_eq!(stripped, tailguard::prometheus::encode_text(&registry));
+
+    // One edge an octave: the edges kept (the threshold's among them) and
+    // the sum and count are the full export's lines, exactly.
+    let full = tailguard::prometheus::encode_text(&registry);
+    let octaves = BreakerCollector::new(registry.clone())
+        .with_histogram(HistogramExport::Octaves)
+        .encode_text();
+    let histogram_lines = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("breaker_call_duration_seconds"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (full, octaves) = (histogram_lines(&full), histogram_lines(&octaves));
+    assert_eq!((full.len(), octaves.len()), (56, 30));
+    for line in &octaves {
+        assert!(full.contains(line), "{line}");
+    }
+    assert!(
+        octaves.iter().any(|l| l.contains("le=\"0.1\"")),
+        "the threshold's edge is kept"
+    );
+    assert!(octaves.iter().any(|l| l.contains("le=\"0.134217727\"")), "2^27 ns - 1");
+    let off = BreakerCollector::new(registry)
+        .with_histogram(HistogramExport::Off)
+        .encode_text();
+    assert!(!off.contains("call_duration"));
 }

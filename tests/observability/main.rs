@@ -7,6 +7,7 @@ mod support;
 
 mod flapping;
 mod fleet;
+mod hostile_fleet;
 // Its figures are for a build without `tracing`, whose event queue every
 // breaker then keeps.
 #[cfg(not(feature = "tracing"))]
