@@ -318,12 +318,11 @@ mod tests {
 
     /// Kills, in `judge`, `w.calls > 0` with `>` → `>=`.
     ///
-    /// A span's slow count can exceed its calls: a spill moves a lane's
-    /// count into `spill_calls` and then `spill_slow`, and a drain racing it
-    /// takes `spill_calls` before and `spill_slow` after (`shard.rs`), so
-    /// the span gets slow calls without their calls (the next one gets the
-    /// calls). A span of no calls never breaches, even with `min_calls` 0
-    /// (accepted by the builder), whatever its slow count says.
+    /// The shards count a span's calls and slow calls from the same
+    /// buckets (`shard.rs`), so a drained span never has more slow calls
+    /// than calls; the rule does not rely on it. A span of no calls never
+    /// breaches, even with `min_calls` 0 (accepted by the builder), whatever
+    /// its slow count says.
     #[test]
     fn a_span_without_calls_never_breaches_whatever_its_slow_count() {
         let rule = Rule {

@@ -127,6 +127,9 @@ pub(crate) struct Inner {
 
     // ---- written by window close, under `tick` ----
     tick: Mutex<TickState>,
+    /// Where `TickState::latency` is (an address only: the ticker
+    /// prefetches it before the close that adds to it).
+    latency_at: usize,
     /// The breaker time of the last window close: every decision outside a
     /// close (a probe's lease, an in-flight epoch, a transition's time)
     /// reads time at least this late, so a clock that stepped back since
@@ -233,6 +236,9 @@ impl Breaker {
         let ramp = (config.ramp_ns > 0).then(|| Box::new(ramp::RampCell::new(config.ramp_ns)));
         let learner = config.relative.as_deref().map(|(r, _)| Box::new(Learner::new(r)));
         let threshold_ns = window::effective_threshold(&config, learner.as_deref());
+        let latency = Box::new(crate::histogram::Cumulative::new());
+        // Its heap address, for the ticker's prefetch (a Box moved keeps it).
+        let latency_at = core::ptr::from_ref(&*latency) as usize;
         let seed = splitmix(origin ^ SEEDS.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed));
         let inner = Arc::new(Inner {
             state: StateCell::new(),
@@ -268,8 +274,9 @@ impl Breaker {
                 pooled: false,
                 ramp_spans: 0,
                 learner,
-                latency: Box::new(crate::histogram::Cumulative::new()),
+                latency,
             }),
+            latency_at,
             epoch_ns: crate::flight::epoch_ns(config.window_ns, config.threshold_ns),
             config,
             clock,

@@ -519,6 +519,8 @@ impl Inner {
     #[cfg(not(tailguard_loom))]
     pub(crate) fn prefetch_for_tick(&self) {
         self.shards.prefetch();
+        // The cumulative histogram the close adds the span to.
+        crate::sync::prefetch(self.latency_at as *const u8, core::mem::size_of::<Cumulative>());
     }
 
     /// For the ticker, shortly before it ticks this breaker, once the lines
