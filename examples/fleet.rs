@@ -43,10 +43,13 @@
 //! `SIGKILL`: `.ci/fleet-e2e.sh` runs it under `timeout`, which also kills
 //! Prometheus). Each run takes about 35 s. Loopback addresses only.
 
+#[path = "common/metrics_http.rs"]
+mod metrics_http;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -260,43 +263,6 @@ fn monitor(breakers: Vec<Breaker>, stop: Arc<AtomicBool>) -> Vec<Duration> {
 // ---------------------------------------------------------------------------
 // The instances' /metrics
 
-fn respond(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    let mut line = String::new();
-    for _ in 0..100 {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
-            break;
-        }
-    }
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, content_type, body) = if method == "GET" && target.split('?').next() == Some("/metrics") {
-        (
-            "200 OK",
-            tailguard::prometheus::CONTENT_TYPE,
-            tailguard::prometheus::encode_text(registry),
-        )
-    } else {
-        (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "GET /metrics only\n".to_string(),
-        )
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
-}
-
 /// Serves `registry` on `listener` until `stop`.
 fn serve(listener: TcpListener, registry: Registry, stop: Arc<AtomicBool>) -> std::io::Result<JoinHandle<()>> {
     listener.set_nonblocking(true)?;
@@ -304,7 +270,10 @@ fn serve(listener: TcpListener, registry: Registry, stop: Arc<AtomicBool>) -> st
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    if let Err(e) = stream.set_nonblocking(false).and_then(|()| respond(stream, &registry)) {
+                    if let Err(e) = stream
+                        .set_nonblocking(false)
+                        .and_then(|()| metrics_http::respond(stream, &registry))
+                    {
                         eprintln!("fleet: /metrics: {e}");
                     }
                 }

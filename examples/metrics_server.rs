@@ -22,8 +22,11 @@
 //! emit-time histogram, outcome and bulkhead series are exported too.
 //! Windows are 100 ms long so that everything moves within a few seconds.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+#[path = "common/metrics_http.rs"]
+mod metrics_http;
+
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,51 +146,6 @@ fn traffic(registry: &Registry, dlq: &DeadLetterQueue<u64>, ledger: &Emitter<u64
     println!("traffic stopped: {kept} triggers kept by the router (nothing could take them)");
 }
 
-fn respond(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Skip the headers (bounded).
-    let mut line = String::new();
-    for _ in 0..100 {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
-            break;
-        }
-    }
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let (status, content_type, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => (
-            "200 OK",
-            tailguard::prometheus::CONTENT_TYPE,
-            tailguard::prometheus::encode_text(registry),
-        ),
-        ("GET" | "HEAD", _) => (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "try /metrics\n".to_string(),
-        ),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            "GET /metrics only\n".to_string(),
-        ),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    if method != "HEAD" {
-        stream.write_all(body.as_bytes())?;
-    }
-    stream.flush()
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = match parse_args() {
         Ok(args) => args,
@@ -246,7 +204,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         match listener.accept() {
             Ok((stream, _)) => {
                 stream.set_nonblocking(false)?;
-                if let Err(e) = respond(stream, &registry) {
+                if let Err(e) = metrics_http::respond(stream, &registry) {
                     eprintln!("metrics_server: {e}");
                 }
             }

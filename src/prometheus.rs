@@ -55,11 +55,16 @@
 //! and the types agree. An application on another version of
 //! `prometheus-client` gets E0277 (`BreakerCollector: Collector` not
 //! satisfied, the two crates' traits being different traits) if it
-//! registers the collector in its own registry; it serves
-//! [`encode_text`] (or [`BreakerCollector::encode_text`]) instead, on its
-//! own path or after its own registry's text (the text format lets
-//! families of two encoders follow each other, as long as no name is in
-//! both: give the collector a prefix if one is).
+//! registers the collector in its own registry (rustc then notes "multiple
+//! different versions of crate `prometheus_client`"). Two ways out: keep
+//! the breakers in a registry of the re-exported crate
+//! (`tailguard::prometheus::prometheus_client::registry::Registry`) and
+//! encode it beside the application's own; or serve [`encode_text`] (or
+//! [`BreakerCollector::encode_text`]) on a path of its own, a second
+//! scrape target (`/metrics/breakers`, say). Do not append it to an
+//! OpenMetrics exposition, which `prometheus-client`'s
+//! `encoding::text::encode` writes: that ends with `# EOF` and names
+//! counters differently; this is the 0.0.4 text format.
 //!
 //! Counters and window quantiles move when a window closes (the
 //! [`Ticker`](crate::Ticker) or [`Breaker::tick`](crate::Breaker::tick)),
@@ -464,32 +469,45 @@ fn class_label(class: Priority) -> &'static str {
     }
 }
 
+/// Writes a histogram from its cumulative counts at its finite edges
+/// (seconds, increasing), its count (the +Inf bucket) and its sum: the
+/// encoder sums the buckets itself, so it is handed each bucket's own
+/// count.
+fn encode_cumulative(
+    mut encoder: prometheus_client::encoding::MetricEncoder,
+    sum: f64,
+    count: u64,
+    finite: impl Iterator<Item = (f64, u64)>,
+) -> fmt::Result {
+    let mut below = 0;
+    let mut buckets: Vec<(f64, u64)> = finite
+        .map(|(le, n)| {
+            let own = n.saturating_sub(below);
+            below = below.max(n);
+            (le, own)
+        })
+        .collect();
+    buckets.push((f64::INFINITY, count.saturating_sub(below)));
+    encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+}
+
 /// An emitter's emit-time histogram, as a Prometheus histogram in seconds.
 struct EmitSeconds(crate::emit::EmitTimes);
 
 impl EncodeMetric for EmitSeconds {
-    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+    fn encode(&self, encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
         let t = &self.0;
         // The encoder sums the buckets itself: hand it each bucket's own
         // count. The last bound also counts every slower emit: it is +Inf.
+        // Its last bound also counts every slower emit: it is +Inf, and
+        // its count the emits'.
         let cumulative = t.cumulative();
-        let mut below = 0;
-        let mut buckets: Vec<(f64, u64)> = cumulative
-            .iter()
-            .map(|&(le, n)| {
-                let own = n.wrapping_sub(below);
-                below = n;
-                (le.as_secs_f64(), own)
-            })
-            .collect();
-        if let Some(last) = buckets.last_mut() {
-            last.0 = f64::INFINITY;
-        }
-        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+        let finite = &cumulative[..cumulative.len().saturating_sub(1)];
+        encode_cumulative(
+            encoder,
             t.sum().as_secs_f64(),
             t.count(),
-            &buckets,
-            None,
+            finite.iter().map(|&(le, n)| (le.as_secs_f64(), n)),
         )
     }
 
@@ -503,7 +521,7 @@ impl EncodeMetric for EmitSeconds {
 struct CallSeconds(LatencyHistogram, HistogramExport);
 
 impl EncodeMetric for CallSeconds {
-    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+    fn encode(&self, encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
         let h = &self.0;
         // Under `Octaves`, every other fixed edge (the even ones from the
         // first) and the threshold's.
@@ -516,24 +534,13 @@ impl EncodeMetric for CallSeconds {
             fixed += 1;
             self.1 != HistogramExport::Octaves || fixed % 2 == 1
         };
-        // The encoder sums the buckets itself: hand it each bucket's own
-        // count, and the rest above the last edge as +Inf.
-        let mut below = 0;
-        let mut buckets: Vec<(f64, u64)> = h
-            .buckets()
-            .filter(|&(le, _)| kept(le))
-            .map(|(le, n)| {
-                let own = n.saturating_sub(below);
-                below = n;
-                (le.as_secs_f64(), own)
-            })
-            .collect();
-        buckets.push((f64::INFINITY, h.count().saturating_sub(below)));
-        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+        encode_cumulative(
+            encoder,
             h.sum().as_secs_f64(),
             h.count(),
-            &buckets,
-            None,
+            h.buckets()
+                .filter(|&(le, _)| kept(le))
+                .map(|(le, n)| (le.as_secs_f64(), n)),
         )
     }
 
