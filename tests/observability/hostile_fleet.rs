@@ -2,7 +2,9 @@
 //! histogram (exact at every edge, count and slow identities), the time
 //! OPEN (`Snapshot::open_time_total`), the Prometheus export (histogram,
 //! prefix) and `UnknownConsumer`. Tests that found a bug say so in their
-//! doc comment ("FOUND:"); the others are regression tests of what held.
+//! doc comment ("FOUND:", with the cause as it was; all three are fixed
+//! and these tests are their regressions); the others are regression tests
+//! of what held.
 
 use crate::support::{builder, next_window, MS, SEC};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -180,7 +182,7 @@ fn spills_into_the_carries_stay_exact() {
 /// is no longer `totals.calls`, and the edges are not exact.
 #[test]
 #[cfg_attr(miri, ignore = "half a million calls")]
-fn a_seventeenth_spilled_bucket_is_lost_from_the_histogram() {
+fn a_seventeenth_spilled_bucket_stays_in_the_histogram() {
     let clock = ManualClock::new();
     let b = builder(&clock).latency_threshold(SEC).shards(1).build().unwrap();
     let lat: Vec<Duration> = edges()[..17].to_vec();
@@ -205,7 +207,7 @@ fn a_seventeenth_spilled_bucket_is_lost_from_the_histogram() {
 /// `count - count_at_or_below(threshold) != totals.slow`.
 #[test]
 #[cfg_attr(miri, ignore = "half a million calls")]
-fn a_spilled_straddle_breaks_the_slow_identity() {
+fn a_spilled_straddle_keeps_the_slow_identity() {
     let clock = ManualClock::new();
     let e = edges();
     // A threshold inside a bucket well above the sixteen flooded first.
@@ -609,7 +611,7 @@ fn reopens_and_a_forward_step_during_open() {
 /// reported for the OPEN it retires, e.g. `open_ns = max(open_ns +
 /// lasted, reported_ns)`.)
 #[test]
-fn an_open_reported_before_a_clock_step_back_is_not_taken_back_from_the_next() {
+fn an_open_reported_before_a_clock_step_back_does_not_hide_the_next() {
     let clock = ManualClock::new();
     let b = timed(&clock).base_backoff(20 * SEC).build().unwrap();
     b.trip_now();
