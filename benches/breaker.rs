@@ -39,7 +39,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
-use tailguard::clock::{Clock, ClockSource, CoarseClock};
+use tailguard::clock::{Clock, ClockSource, CoarseClock, ManualClock};
 use tailguard::{Breaker, LocalHandle, Permit, RejectReason, State};
 
 /// The latency handed to `record_latency`: well under the default 50 ms
@@ -546,12 +546,54 @@ fn peers(c: &mut Criterion) {
     g.finish();
 }
 
+/// What a core that owns its timers pays per tick: nothing due (the window
+/// in progress has not ended), one idle window closed (the manual clock
+/// moved a window on first), and `next_due`. Beside a bare allow + record.
+fn tick(c: &mut Criterion) {
+    let mut g = c.benchmark_group("tick");
+    let waiting = Breaker::builder()
+        .clock(ClockSource::coarse())
+        .ticker(false)
+        .window(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    g.bench_function("nothing_due", |b| b.iter(|| black_box(&waiting).tick()));
+    assert_eq!(waiting.snapshot().window.closed_at, Duration::ZERO, "nothing closed");
+    g.bench_function("next_due", |b| b.iter(|| black_box(&waiting).next_due()));
+
+    let clock = ManualClock::new();
+    let idle = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .window(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    g.bench_function("idle_window", |b| {
+        b.iter(|| {
+            clock.advance(Duration::from_millis(100));
+            black_box(&idle).tick()
+        })
+    });
+    assert_eq!(idle.snapshot().window.closed_at, clock.now(), "every window closed");
+
+    let bare = closed_breaker(ClockSource::coarse(), 0);
+    g.bench_function("allow_record_latency", |b| {
+        b.iter(|| {
+            bare.allow()
+                .unwrap()
+                .record_latency(black_box(Duration::from_micros(200)), true)
+        })
+    });
+    assert_still_closed(&bare);
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2))
         .nresamples(20_000);
-    targets = floor, allow_closed, allow_record_latency, record_latency, cycle, reject_open, threads, peers
+    targets = floor, allow_closed, allow_record_latency, record_latency, cycle, reject_open, threads, peers, tick
 }
 criterion_main!(benches);

@@ -20,7 +20,7 @@ const LATENCY: Duration = Duration::from_micros(200);
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// Every operation, by name.
-const OPS: [&str; 12] = [
+const OPS: [&str; 15] = [
     "closed_allow_record_latency",
     "relative_allow_record_latency",
     "manual_allow_record_latency",
@@ -33,6 +33,9 @@ const OPS: [&str; 12] = [
     "dlq_push_pop",
     "emit_delivered",
     "emit_diverted",
+    "tick_nothing_due",
+    "tick_idle_window",
+    "next_due",
 ];
 
 fn closed(clock: ClockSource, local: usize) -> Breaker {
@@ -155,6 +158,33 @@ fn measure_emit_diverted(e: &Emitter<u64>, n: u64) {
                 black_box(t);
             });
         }
+    }
+}
+
+/// A tick with nothing due (the window in progress has not ended): what a
+/// core that ticks more often than its windows end pays for each tick.
+#[inline(never)]
+fn measure_tick_nothing_due(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        b.tick();
+    }
+}
+
+/// A tick closing one window without calls (the clock moved a window on
+/// first: one atomic add of the manual clock's).
+#[inline(never)]
+fn measure_tick_idle_window(b: &Breaker, clock: &ManualClock, n: u64) {
+    for _ in 0..n {
+        clock.advance(Duration::from_millis(100));
+        b.tick();
+    }
+}
+
+/// How long until the next tick has work.
+#[inline(never)]
+fn measure_next_due(b: &Breaker, n: u64) {
+    for _ in 0..n {
+        black_box(b.next_due());
     }
 }
 
@@ -287,6 +317,41 @@ fn run(op: &str, n: u64) {
             e.breaker().trip_now();
             measure_emit_diverted(&e, n);
             assert_eq!(e.stats().diverted_open, n);
+        }
+        "tick_nothing_due" => {
+            let b = Breaker::builder()
+                .clock(ClockSource::coarse())
+                .ticker(false)
+                .window(HOUR)
+                .build()
+                .expect("valid config");
+            measure_tick_nothing_due(&b, n);
+            assert_eq!(b.snapshot().window.closed_at, Duration::ZERO, "nothing closed");
+        }
+        "tick_idle_window" => {
+            let clock = ManualClock::new();
+            let b = Breaker::builder()
+                .clock(clock.clone())
+                .ticker(false)
+                .window(Duration::from_millis(100))
+                .build()
+                .expect("valid config");
+            measure_tick_idle_window(&b, &clock, n);
+            let closed = b.snapshot().window.closed_at;
+            assert_eq!(closed, clock.now(), "every window closed");
+        }
+        "next_due" => {
+            let b = Breaker::builder()
+                .clock(ClockSource::coarse())
+                .ticker(false)
+                .window(HOUR)
+                .build()
+                .expect("valid config");
+            measure_next_due(&b, n);
+            assert!(
+                b.next_due() <= HOUR + HOUR / 2,
+                "the first window: half a window to one and a half"
+            );
         }
         other => panic!("unknown operation {other:?}; one of {OPS:?}"),
     }

@@ -427,6 +427,45 @@ impl Breaker {
         self.inner.tick();
     }
 
+    /// How long from now until [`tick`](Self::tick) next has work to do:
+    /// the end of the window in progress, or, when OPEN, the end of its
+    /// backoff if that is sooner (then the next tick moves it to HALF_OPEN
+    /// without waiting for a caller). [`Duration::ZERO`] when it is due
+    /// already. Ticking earlier does nothing but the check (see
+    /// `guide::design`, "Runtimes that own their timers", for its cost);
+    /// ticking later closes the windows that ended meanwhile as one span.
+    ///
+    /// For a runtime that owns its timers: after ticking its breakers, a
+    /// core arms one timer for the soonest of their `next_due`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::clock::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// let b = tailguard::Breaker::builder()
+    ///     .clock(clock.clone())
+    ///     .window(Duration::from_millis(100))
+    ///     .base_backoff(Duration::from_millis(30))
+    ///     .ticker(false)
+    ///     .build()?;
+    /// clock.advance(Duration::from_millis(120));
+    /// assert_eq!(b.next_due(), Duration::ZERO, "the first window has ended");
+    /// b.tick();
+    /// assert_eq!(b.next_due(), Duration::from_millis(80), "the next ends at 200 ms");
+    /// b.trip_now();
+    /// assert_eq!(b.next_due(), Duration::from_millis(30), "the backoff ends first");
+    ///
+    /// // A core's timer: tick what it owns, sleep until the soonest is due.
+    /// let owned = [b];
+    /// let sleep = owned.iter().map(|b| { b.tick(); b.next_due() }).min();
+    /// assert_eq!(sleep, Some(Duration::from_millis(30)));
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn next_due(&self) -> Duration {
+        Duration::from_nanos(self.inner.next_due())
+    }
+
     /// The state (under metrics-only: the state the breaker would be in;
     /// forced open reads `Open`; forced closed and disabled read `Closed`).
     ///

@@ -540,16 +540,31 @@ impl Inner {
         let mut ts = self.tick.lock();
         self.tick_locked(&mut ts);
         let now = ts.high;
-        let mut until = ts.window_end.saturating_sub(now);
+        let due = ts.window_end;
         drop(ts);
+        let until = self.due_after(due, now);
+        self.events.deliver();
+        until
+    }
+
+    /// How long after `now` a tick next has work: the end of the window in
+    /// progress, `window_end`, or the end of an OPEN's backoff if sooner.
+    fn due_after(&self, window_end: u64, now: u64) -> u64 {
+        let mut until = window_end.saturating_sub(now);
         let word = self.state.load();
         if word.state() == State::Open {
             if let Some(deadline) = self.published_deadline(word) {
                 until = until.min(deadline.saturating_sub(now));
             }
         }
-        self.events.deliver();
         until
+    }
+
+    /// `Breaker::next_due`: from the breaker's time now (never before the
+    /// last close's).
+    pub(super) fn next_due(&self) -> u64 {
+        let window_end = self.tick.lock().window_end;
+        self.due_after(window_end, self.now_floored(self.clock.raw()))
     }
 }
 

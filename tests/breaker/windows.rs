@@ -2,6 +2,7 @@
 //! straddling window or a close overtaken by transitions counts.
 
 use crate::support::*;
+use std::time::Duration;
 use tailguard::clock::ManualClock;
 use tailguard::{Breaker, Mode, State};
 
@@ -258,4 +259,89 @@ fn a_close_overtaken_by_transitions_before_its_verdict_applies_nothing() {
         (State::Closed, Mode::ForcedClosed, 0),
         "{s:?}"
     );
+}
+
+/// `next_due` is what a runtime that owns its timers sleeps for: the end of
+/// the window in progress, or an OPEN's backoff end if sooner; zero once
+/// due (a clock stepped a year forward); never more than a window after a
+/// clock stepped back (breaker time holds at the last close); forced open
+/// has no backoff to wait for; and ticking at exactly `next_due` always
+/// finds the work it promised.
+#[test]
+fn next_due_is_the_next_window_end_or_the_backoff_end() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .base_backoff(300 * MS)
+        .jitter(tailguard::Jitter::None)
+        .build()
+        .unwrap();
+    assert_eq!(b.next_due(), SEC, "the first window ends at 1 s");
+    clock.advance(400 * MS);
+    assert_eq!(b.next_due(), 600 * MS);
+    b.tick();
+    assert_eq!(b.next_due(), 600 * MS, "nothing was due: nothing changed");
+
+    // Ticking at exactly next_due closes the window.
+    clock.advance(b.next_due());
+    b.tick();
+    assert_eq!(b.snapshot().window.closed_at, SEC);
+    assert_eq!(b.next_due(), SEC);
+
+    // OPEN: the backoff ends before the window does; ticking then moves
+    // it to HALF_OPEN with no caller.
+    b.trip_now();
+    assert_eq!(b.next_due(), 300 * MS);
+    clock.advance(b.next_due());
+    b.tick();
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.next_due(), 700 * MS, "back to the window's end");
+
+    // Forced open: no backoff of its own.
+    b.force_open();
+    assert_eq!(b.next_due(), 700 * MS);
+    b.reset();
+
+    // A year forward: due at once; one tick closes it all, then a window.
+    clock.advance(365 * DAY);
+    assert_eq!(b.next_due(), Duration::ZERO);
+    b.tick();
+    assert!(b.next_due() <= SEC && b.next_due() > Duration::ZERO);
+
+    // Stepped back an hour: the breaker's time holds at the last close, so
+    // the wait is at most a window, not an hour and a window.
+    let before = b.next_due();
+    clock.rewind(HOUR);
+    assert_eq!(b.next_due(), before);
+    b.tick();
+    assert!(b.next_due() <= SEC);
+}
+
+/// A core owning many breakers arms one timer: the soonest `next_due`
+/// after ticking them all; breakers with different windows each get their
+/// closes on time, and no tick in the loop finds nothing to do.
+#[test]
+fn one_timer_for_a_core_s_breakers_closes_each_on_time() {
+    let clock = ManualClock::new();
+    let owned: Vec<Breaker> = [250, 400, 1000]
+        .map(|ms| builder(&clock).window(ms * MS).build().unwrap())
+        .into();
+    let mut closes = vec![0u32; owned.len()];
+    let mut wakes = 0;
+    while clock.now() < 4 * SEC {
+        let sleep = owned.iter().map(Breaker::next_due).min().unwrap();
+        assert!(sleep > Duration::ZERO || wakes == 0);
+        clock.advance(sleep);
+        wakes += 1;
+        for (i, b) in owned.iter().enumerate() {
+            let before = b.snapshot().window.closed_at;
+            b.tick();
+            if b.snapshot().window.closed_at != before {
+                closes[i] += 1;
+            }
+        }
+    }
+    // Windows end on the clock's grid: 16 of 250 ms, 10 of 400 ms (the
+    // first at 400 ms... 4 s), 4 of 1 s, by 4 s; one wake per distinct end.
+    assert_eq!(closes, [16, 10, 4]);
+    assert!(wakes <= 16 + 10 + 4, "{wakes} wakes");
 }
