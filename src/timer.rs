@@ -7,7 +7,8 @@
 //!
 //! A timer is armed only for a call that is not ready on its first poll
 //! (a call that completes at once pays for none), and only then is
-//! [`Timer::sleep`] called: with what is left of the call's budget, from
+//! [`Timer::sleep`] called: with what is left of the call's budget (the
+//! emitter's whole budget unless its breaker runs on tokio's clock), from
 //! inside that poll, so on the runtime's thread and in its context. The
 //! sleep is an associated type, not a boxed `dyn Future`: the async
 //! emitter keeps it inline in its pinned future, so an emit allocates
@@ -27,7 +28,9 @@
 //! cut at its deadline, and it is not left to hang: it is cut at once (its
 //! future dropped, its bulkhead slot given back, its breaker permit
 //! cancelled without a verdict, since a missing runtime says nothing of
-//! the consumer). The emit diverts its trigger with
+//! the consumer: counted as the breaker's
+//! [`on_cancel`](crate::BreakerBuilder::on_cancel) policy says, by default
+//! neither failed nor slow). The emit diverts its trigger with
 //! [`Divert::NoTimer`](crate::emit::Divert::NoTimer) (counted in
 //! [`EmitterStats::diverted_no_timer`](crate::emit::EmitterStats::diverted_no_timer)),
 //! a replay keeps it at the head with no attempt used and stops with that
