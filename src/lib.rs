@@ -44,6 +44,7 @@ mod registry;
 pub mod tower;
 
 pub mod guide;
+pub mod timer;
 
 /// The README's examples, compiled and run as doc tests (the README itself
 /// is plain Markdown, for the repository's front page).

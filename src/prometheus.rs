@@ -32,7 +32,7 @@
 //! | `breaker_emit_seconds` | histogram | time the router spent per emit, delivered or not (only consumers with an [`Emitter`](crate::emit::Emitter) attached: [`Registry::attach_emitter`](crate::Registry::attach_emitter)); buckets at powers of two from 1.024 µs to 68.7 s |
 //! | `breaker_emits_delivered_total`, `breaker_emits_overran_total`, `breaker_emits_cancelled_total` | counter | emits delivered; of those, returned after the timeout; emits dropped unfinished (async emits dropped, panicking calls whose trigger the queue could not take) |
 //! | `breaker_emit_panic_drops_total` | counter | triggers dropped as a panicking call unwound (its own, or a lower-class one it displaced): the only triggers an emitter drops; alert on any |
-//! | `breaker_emits_diverted_total{reason}` | counter | triggers queued: `open`, `bulkhead_full`, `timed_out`, `failed` |
+//! | `breaker_emits_diverted_total{reason}` | counter | triggers queued: `open`, `bulkhead_full`, `timed_out`, `failed`, `no_timer` |
 //! | `breaker_emits_handed_back_total{reason}` | counter | triggers handed back to the router: `queue_full`, `shut_down` |
 //! | `breaker_replayed_total`, `breaker_replay_handed_back_total` | counter | queued triggers delivered by replay / handed back after their last attempt |
 //! | `breaker_bulkhead_in_flight{bulkhead}`, `breaker_bulkhead_max_in_flight{bulkhead}` | gauge | calls in a bulkhead / its bound, once per bulkhead: the `bulkhead` label (and no `consumer` label) names the consumers whose emitters share it, joined by `+` (`dispatch+pricing`; a `+` or `\` within a name is escaped with `\`), so that a bulkhead shared by several emitters is not counted once per emitter |

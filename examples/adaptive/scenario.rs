@@ -749,7 +749,7 @@ pub async fn run(setup: Setup) -> Run {
                                 Divert::Open(r) if r.reason() == RejectReason::Ramping => Outcome::Ramping,
                                 Divert::Open(_) => Outcome::Open,
                                 Divert::BulkheadFull => Outcome::Bulkhead,
-                                Divert::TimedOut(_) | Divert::Failed(_) => Outcome::Failed,
+                                Divert::TimedOut(_) | Divert::Failed(_) | Divert::NoTimer => Outcome::Failed,
                             }
                         }
                         Emitted::HandedBack { .. } => Outcome::HandedBack,

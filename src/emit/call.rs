@@ -33,11 +33,12 @@ impl NotAdmitted {
 
 /// How a call that was made ended: what it returned, cut at its deadline
 /// (an async call only: a blocking one cannot be cut, it is late instead),
-/// or its panic.
+/// cut at once for want of a timer (async only: see `crate::timer`), or
+/// its panic.
 pub(super) enum Outcome<R> {
     Done(R),
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     TimedOut,
+    NoTimer,
     Panicked(Box<dyn Any + Send>),
 }
 

@@ -1,5 +1,7 @@
-//! The async emitter (feature `tokio`): the call is a future, cancelled at
-//! the deadline; one read of tokio's clock starts an emit.
+//! The async emitter: the call is a future, cancelled at the deadline by
+//! a [`Timer`] (tokio's for [`Emitter::emit`], feature `tokio`; any other
+//! for [`Emitter::emit_with`]); one read of the breaker's clock starts an
+//! emit.
 
 use super::call::Outcome;
 use super::metrics::{Count, Metrics};
@@ -7,26 +9,30 @@ use super::replay::Replay;
 use super::{Divert, Emitted, Emitter, Replayed};
 use crate::clock::ClockSource;
 use crate::dlq::Priority;
+use crate::timer::Timer;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
-use tokio::time::{Instant, Sleep};
+#[cfg(feature = "tokio")]
+use tokio::time::Instant;
 
 pin_project_lite::pin_project! {
     /// Polls the call first; only a call that is not ready at once gets a
     /// timer (so a call that completes on its first poll pays none, and no
-    /// read of tokio's clock either unless the breaker runs on it). The
-    /// call's future is dropped as soon as it is done (completed, timed out
-    /// or panicked), inside the same catch as its polls: its destructor is
-    /// the consumer's code too.
-    struct Timed<F> {
+    /// read of a clock either unless the breaker runs on tokio's). The
+    /// timer's sleep is kept inline (no allocation). The call's future is
+    /// dropped as soon as it is done (completed, timed out, panicked, or
+    /// cut for want of a timer), inside the same catch as its polls: its
+    /// destructor is the consumer's code too.
+    struct Timed<F, R: Timer> {
         #[pin]
         call: Option<F>,
         deadline: When,
+        timer: R,
         #[pin]
-        sleep: Option<Sleep>,
+        sleep: Option<R::Sleep>,
     }
 }
 
@@ -34,11 +40,13 @@ pin_project_lite::pin_project! {
 #[derive(Clone, Copy)]
 enum When {
     /// At this tokio instant (the start was read on tokio's clock).
+    #[cfg(feature = "tokio")]
     At(Instant),
     /// Never: the budget reaches past what an instant can hold.
+    #[cfg(feature = "tokio")]
     Never,
     /// The whole budget from when the timer is armed (the breaker's clock
-    /// is not tokio's, and its start reading cannot be turned into a tokio
+    /// is not tokio's, and its start reading cannot be turned into a timer
     /// instant): the deadline falls the first poll's own time late (the
     /// time it took to return `Pending`), which the verdict still counts,
     /// from the start reading.
@@ -46,14 +54,16 @@ enum When {
 }
 
 impl When {
-    /// The tokio instant of the deadline; `None` when it is too far to
-    /// represent (no timer then: a budget of centuries). Reads no clock of
-    /// the breaker's (tokio's, for `Budget`).
-    fn instant(self) -> Option<Instant> {
+    /// How long the timer is to sleep, armed now; `None` when the deadline
+    /// is too far to represent (no timer then: a budget of centuries).
+    /// Reads no clock but tokio's, for `At` (the breaker's then).
+    fn after(self) -> Option<Duration> {
         match self {
-            When::At(at) => Some(at),
+            #[cfg(feature = "tokio")]
+            When::At(at) => Some(at.saturating_duration_since(Instant::now())),
+            #[cfg(feature = "tokio")]
             When::Never => None,
-            When::Budget(budget) => Instant::now().checked_add(budget),
+            When::Budget(budget) => Some(budget),
         }
     }
 }
@@ -61,16 +71,16 @@ impl When {
 /// Starts an emit: one reading of the breaker's clock (if that is tokio's,
 /// the tokio instant it was taken at too) and the call's deadline.
 fn start(clock: &ClockSource, budget: Duration) -> (u64, When) {
+    #[cfg(feature = "tokio")]
     if clock.is_tokio() {
         let now = Instant::now();
         let start = clock.reading_at(now).unwrap_or_else(|| clock.raw());
-        (start, now.checked_add(budget).map_or(When::Never, When::At))
-    } else {
-        (clock.raw(), When::Budget(budget))
+        return (start, now.checked_add(budget).map_or(When::Never, When::At));
     }
+    (clock.raw(), When::Budget(budget))
 }
 
-impl<F: Future> Future for Timed<F> {
+impl<F: Future, R: Timer> Future for Timed<F, R> {
     type Output = Outcome<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -85,13 +95,17 @@ impl<F: Future> Future for Timed<F> {
             Err(panic) => return end(this.call, Outcome::Panicked(panic)),
         }
         if this.sleep.is_none() {
-            let Some(deadline) = this.deadline.instant() else {
+            let Some(after) = this.deadline.after() else {
                 return Poll::Pending;
             };
-            this.sleep.set(Some(tokio::time::sleep_until(deadline)));
+            match this.timer.sleep(after) {
+                Some(sleep) => this.sleep.set(Some(sleep)),
+                // No timer here (no runtime): cut now rather than hang.
+                None => return end(this.call, Outcome::NoTimer),
+            }
         }
         match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
-            Some(Poll::Ready(())) => end(this.call, Outcome::TimedOut),
+            Some(Poll::Ready(_)) => end(this.call, Outcome::TimedOut),
             _ => Poll::Pending,
         }
     }
@@ -133,8 +147,13 @@ impl<T> Emitter<T> {
     /// returns: breaker, bulkhead, then the call, cancelled at the emitter's
     /// timeout; a trigger that is not delivered is queued or handed back
     /// (see [`Emitted`]). Never calls the consumer, nor waits, when the
-    /// breaker rejects or the bulkhead is full. Runs inside a tokio runtime
-    /// (for the timer).
+    /// breaker rejects or the bulkhead is full. The deadline is a tokio
+    /// timer ([`TokioTimer`](crate::timer::TokioTimer)): this is
+    /// [`emit_with`](Self::emit_with)`(TokioTimer, ..)`. Outside a tokio
+    /// runtime (or in one without its timer) a call that is not ready on
+    /// its first poll is cut at once and its trigger diverted with
+    /// [`Divert::NoTimer`] (nothing panics); on another runtime, use
+    /// `emit_with` and that runtime's [`Timer`].
     ///
     /// The future `call` returns may not borrow the trigger (take from it
     /// what the request needs: a serialized body, an id); the emitter keeps
@@ -142,15 +161,17 @@ impl<T> Emitter<T> {
     ///
     /// One read of the breaker's clock starts the emit: it is the breaker's
     /// admission time, the latency's start and the deadline's origin; one
-    /// more ends it, and no other is made. A call that completes on its
+    /// more ends it, and no other is made but one to arm the timer of a
+    /// call pending on tokio's clock (below). A call that completes on its
     /// first poll gets no timer at all; one that does not gets a tokio
     /// timer. On [`ClockSource::tokio`](crate::clock::ClockSource::tokio)
-    /// the start reading is tokio's instant and the timer is set for it
-    /// plus the budget, exactly; on another clock the timer is set for the
-    /// whole budget from the end of the first poll (one read of tokio's
-    /// clock, which tokio's timer needs), so the call is cut that first
-    /// poll's time late, while the verdict (timed out or not) counts from
-    /// the start reading. Under a paused tokio clock (tests), run the
+    /// the start reading is tokio's instant and the timer is set for what
+    /// is left of the budget from it (one more read of tokio's clock, as the
+    /// timer is armed): the deadline is the start's tokio instant plus the
+    /// budget, exactly so on a paused clock; on another clock the timer is
+    /// set for the whole budget from the end of the first poll, so the call
+    /// is cut that first poll's time late, while the verdict (timed out or
+    /// not) counts from the start reading. Under a paused tokio clock (tests), run the
     /// breaker on `ClockSource::tokio` so that latencies and timeouts
     /// follow the same time.
     ///
@@ -189,6 +210,8 @@ impl<T> Emitter<T> {
     /// # Ok(())
     /// # }
     /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn emit<'a, F, Fut, O, E>(
         &'a self,
         trigger: T,
@@ -197,6 +220,48 @@ impl<T> Emitter<T> {
     ) -> impl Future<Output = Emitted<T, O, E>> + 'a
     where
         T: 'a,
+        F: FnOnce(&T) -> Fut + 'a,
+        Fut: Future<Output = Result<O, E>> + 'a,
+    {
+        self.emit_with(crate::timer::TokioTimer, trigger, class, call)
+    }
+
+    /// As [`emit`](Self::emit), with the deadline on `timer`: the async
+    /// emit on any runtime (see [`crate::timer`]; needs no feature). The
+    /// timer is armed only for a call that is not ready on its first poll,
+    /// from inside that poll, for what is left of the budget (the whole
+    /// budget unless the breaker runs on tokio's clock); its sleep is kept
+    /// inline in the returned future (nothing is allocated for it). Where
+    /// `timer` has none to give ([`Timer::sleep`] returns `None`: no
+    /// runtime there), the call is cut at once: its future dropped, its
+    /// bulkhead slot given back, its breaker permit cancelled (no verdict:
+    /// a missing runtime says nothing of the consumer), and its trigger
+    /// diverted with [`Divert::NoTimer`]. Nothing panics and nothing hangs.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Divert, Emitted, Emitter}};
+    /// use tailguard::timer::Never;
+    ///
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let ready = e.emit_with(Never, 1u8, Priority::Routine, |_| async { Ok::<_, ()>(()) });
+    /// assert!(matches!(futures_lite::future::block_on(ready), Emitted::Delivered(())));
+    /// // A call that is pending with no timer to cut it: cut at once, diverted.
+    /// let hung = e.emit_with(Never, 2u8, Priority::Routine, |_| std::future::pending::<Result<(), ()>>());
+    /// assert!(matches!(futures_lite::future::block_on(hung), Emitted::Diverted { reason: Divert::NoTimer, .. }));
+    /// assert_eq!(e.stats().diverted_no_timer, 1);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn emit_with<'a, R, F, Fut, O, E>(
+        &'a self,
+        timer: R,
+        trigger: T,
+        class: Priority,
+        call: F,
+    ) -> impl Future<Output = Emitted<T, O, E>> + 'a
+    where
+        T: 'a,
+        R: Timer + 'a,
         F: FnOnce(&T) -> Fut + 'a,
         Fut: Future<Output = Result<O, E>> + 'a,
     {
@@ -224,6 +289,7 @@ impl<T> Emitter<T> {
                     let outcome = Timed {
                         call: Some(call),
                         deadline,
+                        timer,
                         sleep: None,
                     }
                     .await;
@@ -240,6 +306,11 @@ impl<T> Emitter<T> {
                             let elapsed = Duration::from_nanos(elapsed_ns);
                             permit.record_timeout(elapsed);
                             inner.divert(trigger, class, Divert::TimedOut(elapsed))
+                        }
+                        Outcome::NoTimer => {
+                            drop(slot);
+                            drop(permit); // cancelled: no verdict on the consumer
+                            inner.divert(trigger, class, Divert::NoTimer)
                         }
                         Outcome::Panicked(panic) => {
                             guard.armed = false;
@@ -263,7 +334,8 @@ impl<T> Emitter<T> {
     /// the trigger in flight back at the head of the queue (no attempt
     /// used). A trigger that fails after [`shutdown`](Self::shutdown) is
     /// handed back in [`Replayed::handed_back`] (the queue no longer takes
-    /// anything).
+    /// anything). The deadline is a tokio timer: this is
+    /// [`replay_with`](Self::replay_with)`(TokioTimer, ..)`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -283,8 +355,36 @@ impl<T> Emitter<T> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn replay<F, Fut, O, E>(&self, max: usize, mut call: F) -> Replayed<T, E>
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub async fn replay<F, Fut, O, E>(&self, max: usize, call: F) -> Replayed<T, E>
     where
+        F: FnMut(&T) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        self.replay_with(crate::timer::TokioTimer, max, call).await
+    }
+
+    /// As [`replay`](Self::replay), with the deadlines on `timer` (see
+    /// [`emit_with`](Self::emit_with)). Where `timer` has none to give, the
+    /// call in flight is cut at once, its permit cancelled, its trigger
+    /// kept at the head with no attempt used, and the replay stops with
+    /// [`ReplayStop::Failed`](super::ReplayStop::Failed)`(`[`Divert::NoTimer`]`)`.
+    ///
+    /// ```
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Divert, Emitter, ReplayStop}};
+    /// use tailguard::timer::Never;
+    ///
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
+    /// let _ = e.enqueue(1u8, Priority::Routine);
+    /// let r = futures_lite::future::block_on(e.replay_with(Never, 10, |_| std::future::pending::<Result<(), ()>>()));
+    /// assert_eq!((r.delivered, r.stopped), (0, Some(ReplayStop::Failed(Divert::NoTimer))));
+    /// assert!(e.stats().pending); // kept at the head
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub async fn replay_with<R, F, Fut, O, E>(&self, timer: R, max: usize, mut call: F) -> Replayed<T, E>
+    where
+        R: Timer,
         F: FnMut(&T) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
@@ -299,6 +399,7 @@ impl<T> Emitter<T> {
                     Timed {
                         call: Some(call),
                         deadline,
+                        timer: &timer,
                         sleep: None,
                     }
                     .await

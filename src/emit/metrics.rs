@@ -165,6 +165,9 @@ counters! {
             DivertedTimeout => diverted_timeout: "breaker_emits_diverted" { reason = "timed_out" },
             /// Triggers queued because the call failed.
             DivertedFailed => diverted_failed: "breaker_emits_diverted" { reason = "failed" },
+            /// Triggers queued because an async call was pending and its timer had
+            /// none to give (no runtime: see [`crate::timer`]).
+            DivertedNoTimer => diverted_no_timer: "breaker_emits_diverted" { reason = "no_timer" },
             /// Triggers handed back because the queue was full.
             HandedBackFull => handed_back_full: "breaker_emits_handed_back" { reason = "queue_full" }
                 help "Emits whose trigger was handed back to the router, by reason.",

@@ -92,7 +92,6 @@
 
 mod blocking;
 mod call;
-#[cfg(feature = "tokio")]
 mod future;
 mod metrics;
 mod replay;
@@ -199,10 +198,17 @@ pub enum Divert<E> {
     TimedOut(Duration),
     /// The call failed.
     Failed(E),
+    /// An async call was pending on its first poll and its timer had no
+    /// timer to give (no runtime there: see [`crate::timer`]), so it was
+    /// cut at once, with no verdict to the breaker.
+    NoTimer,
 }
 
 impl<E> Divert<E> {
-    /// Whether the consumer was called (timed out or failed) or not.
+    /// Whether the consumer was called (timed out or failed) or not. A
+    /// call cut for want of a timer ([`Divert::NoTimer`]) counts as not
+    /// called: nothing of the consumer was judged, and a replay uses no
+    /// attempt on it.
     ///
     /// ```
     /// use tailguard::emit::Divert;
@@ -221,6 +227,7 @@ impl<E: fmt::Display> fmt::Display for Divert<E> {
             Divert::BulkheadFull => f.write_str("bulkhead full"),
             Divert::TimedOut(d) => write!(f, "timed out after {d:?}"),
             Divert::Failed(e) => write!(f, "call failed: {e}"),
+            Divert::NoTimer => f.write_str("no timer to cut the call at its deadline (no runtime)"),
         }
     }
 }
@@ -456,7 +463,11 @@ impl EmitterStats {
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
     pub fn diverted(&self) -> u64 {
-        self.diverted_open + self.diverted_bulkhead + self.diverted_timeout + self.diverted_failed
+        self.diverted_open
+            + self.diverted_bulkhead
+            + self.diverted_timeout
+            + self.diverted_failed
+            + self.diverted_no_timer
     }
 
     /// Triggers emitted and finished (delivered, diverted or handed back),
@@ -981,6 +992,7 @@ impl<T> Inner<T> {
                     Divert::BulkheadFull => Count::DivertedBulkhead,
                     Divert::TimedOut(_) => Count::DivertedTimeout,
                     Divert::Failed(_) => Count::DivertedFailed,
+                    Divert::NoTimer => Count::DivertedNoTimer,
                 });
                 let displaced = match pushed {
                     Pushed::Queued => None,

@@ -309,6 +309,10 @@ impl<'a, T, E> Replay<'a, T, E> {
                 permit.record_timeout(elapsed);
                 Divert::TimedOut(elapsed)
             }
+            Outcome::NoTimer => {
+                drop(permit); // cancelled: no verdict on the consumer
+                Divert::NoTimer // not `called`: no attempt used, kept at the head
+            }
             Outcome::Panicked(panic) => {
                 permit.record_latency(elapsed, false);
                 if let Some(p) = held.item.as_mut() {

@@ -81,6 +81,8 @@ impl<B> Classify<http::Response<B>> for ServerErrors {
 ///     Err(BreakerError::TimedOut(after)) => println!("no answer within {after:?}"),
 ///     Err(BreakerError::Inner(e)) => println!("failed: {e}"),
 ///     Err(BreakerError::NotReady(e)) => println!("client not ready: {e}"),
+///     // Not timed: no tokio runtime here (see `tailguard::timer`).
+///     Err(BreakerError::NoTimer) => println!("cut: no timer to be had"),
 /// }
 /// # Ok(())
 /// # }

@@ -40,6 +40,12 @@ pub enum BreakerError<E> {
     /// it, and the breaker counts nothing. Its error is the
     /// [`source`](std::error::Error::source).
     NotReady(E),
+    /// The request was pending on its first poll and the layer's timer had
+    /// no timer to give (tokio's outside a tokio runtime: see
+    /// [`crate::timer`]): it was cut at once, its future dropped and its
+    /// permit cancelled (no verdict on the consumer), rather than run
+    /// with no deadline.
+    NoTimer,
 }
 
 impl<E> BreakerError<E> {
@@ -85,7 +91,9 @@ impl<E> BreakerError<E> {
     }
 
     /// Whether the inner service was called (timed out or failed) or not
-    /// (refused, or never ready).
+    /// (refused, or never ready; a request cut for want of a timer,
+    /// [`NoTimer`](BreakerError::NoTimer), counts as not called: nothing
+    /// of the consumer was judged).
     ///
     /// ```
     /// use tailguard::tower::BreakerError;
@@ -122,6 +130,7 @@ impl<E: fmt::Display> fmt::Display for BreakerError<E> {
             BreakerError::TimedOut(d) => write!(f, "timed out after {d:?}"),
             BreakerError::Inner(_) => f.write_str("the inner service failed"),
             BreakerError::NotReady(_) => f.write_str("the inner service could not get ready"),
+            BreakerError::NoTimer => f.write_str("no timer to cut the request at its timeout (no runtime)"),
         }
     }
 }

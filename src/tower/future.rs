@@ -1,19 +1,20 @@
 //! [`ResponseFuture`], the future of each call: a refused request's error
-//! at once, or the inner future polled under the timeout, its response
-//! judged and its latency and verdict given to the breaker.
+//! at once, or the inner future polled under the timeout (its sleep from
+//! the layer's [`Timer`]), its response judged and its latency and verdict
+//! given to the breaker.
 
 use super::classify::Classify;
 use super::error::BreakerError;
 use crate::breaker::OwnedPermit;
 use crate::bulkhead::OwnedBulkheadPermit;
 use crate::report::Rejected;
+use crate::timer::{Timer, TokioTimer};
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::Duration;
-use tokio::time::{Instant, Sleep};
 
 // For the docs' links only.
 #[cfg(doc)]
@@ -28,16 +29,17 @@ pub(super) enum Refusal {
 
 pin_project_lite::pin_project! {
     #[project = KindProj]
-    enum Kind<F> {
+    enum Kind<F, R: Timer> {
         /// Turned away; `None` once that is reported.
         Refused { refusal: Option<Refusal> },
-        /// The inner service's future, and the timer once armed (boxed: a
-        /// timer is as large as the rest of the future together, and most
-        /// requests complete without one; see `poll`).
+        /// The inner service's future, the timer, and its sleep once armed
+        /// (boxed: tokio's is as large as the rest of the future together,
+        /// and most requests complete without one; see `poll`).
         Called {
             #[pin]
             call: F,
-            sleep: Option<Pin<Box<Sleep>>>,
+            timer: R,
+            sleep: Option<Pin<Box<R::Sleep>>>,
         },
         /// Timed out: the inner future is dropped.
         Done,
@@ -48,9 +50,9 @@ pin_project_lite::pin_project! {
     /// The response future of a [`BreakerService`]. Dropping it before it
     /// completes gives the bulkhead slot back and cancels the breaker
     /// permit (a probe's slot included).
-    pub struct ResponseFuture<F, C> {
+    pub struct ResponseFuture<F, C, R: Timer = TokioTimer> {
         #[pin]
-        kind: Kind<F>,
+        kind: Kind<F, R>,
         // The verdict goes in when the response is judged; `None` after.
         permit: Option<OwnedPermit>,
         // Held until the future completes or is dropped.
@@ -60,7 +62,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, C> ResponseFuture<F, C> {
+impl<F, C, R: Timer> ResponseFuture<F, C, R> {
     pub(super) fn refused(refusal: Refusal, classify: C) -> Self {
         Self {
             kind: Kind::Refused { refusal: Some(refusal) },
@@ -78,9 +80,14 @@ impl<F, C> ResponseFuture<F, C> {
         slot: Option<OwnedBulkheadPermit>,
         timeout_ns: Option<u64>,
         classify: C,
+        timer: R,
     ) -> Self {
         Self {
-            kind: Kind::Called { call, sleep: None },
+            kind: Kind::Called {
+                call,
+                timer,
+                sleep: None,
+            },
             permit: Some(permit),
             _slot: slot,
             timeout_ns,
@@ -89,7 +96,7 @@ impl<F, C> ResponseFuture<F, C> {
     }
 }
 
-impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+impl<F, C, R: Timer> fmt::Debug for ResponseFuture<F, C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("permit", &self.permit)
@@ -105,23 +112,24 @@ pub(super) fn elapsed_ns(permit: &OwnedPermit) -> u64 {
         .map_or(0, |clock| clock.delta_nanos(permit.start(), clock.raw()))
 }
 
-impl<F, C, R, E> Future for ResponseFuture<F, C>
+impl<F, C, R, O, E> Future for ResponseFuture<F, C, R>
 where
-    F: Future<Output = Result<R, E>>,
-    C: Classify<R>,
+    F: Future<Output = Result<O, E>>,
+    C: Classify<O>,
+    R: Timer,
 {
-    type Output = Result<R, BreakerError<E>>;
+    type Output = Result<O, BreakerError<E>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let (mut call, sleep) = match this.kind.as_mut().project() {
+        let (mut call, timer, sleep) = match this.kind.as_mut().project() {
             KindProj::Refused { refusal } => {
                 return Poll::Ready(Err(match refusal.take().expect("polled after completion") {
                     Refusal::Rejected(r) => BreakerError::Rejected(r),
                     Refusal::BulkheadFull => BreakerError::BulkheadFull,
                 }))
             }
-            KindProj::Called { call, sleep } => (call, sleep),
+            KindProj::Called { call, timer, sleep } => (call, timer, sleep),
             KindProj::Done => panic!("polled after completion"),
         };
         let polled = match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
@@ -172,13 +180,21 @@ where
         if sleep.is_none() {
             let permit = this.permit.as_ref().expect("a called request holds its permit");
             let left = budget_ns.saturating_sub(elapsed_ns(permit));
-            match Instant::now().checked_add(Duration::from_nanos(left)) {
-                Some(at) => *sleep = Some(Box::pin(tokio::time::sleep_until(at))),
-                None => return Poll::Pending, // centuries away: no timer
+            match timer.sleep(Duration::from_nanos(left)) {
+                Some(armed) => *sleep = Some(Box::pin(armed)),
+                None => {
+                    // No timer here (no runtime): cut now, no verdict,
+                    // rather than run with no deadline.
+                    let permit = this.permit.take().expect("a called request holds its permit");
+                    this._slot.take();
+                    this.kind.set(Kind::Done);
+                    drop(permit); // cancelled: a probe's slot goes back
+                    return Poll::Ready(Err(BreakerError::NoTimer));
+                }
             }
         }
         match sleep.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => {
+            Some(Poll::Ready(_)) => {
                 let permit = this.permit.take().expect("a called request holds its permit");
                 let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));
                 permit.record_timeout(elapsed);

@@ -7,6 +7,7 @@ use crate::breaker::Breaker;
 use crate::bulkhead::Bulkhead;
 use crate::clock::duration_nanos_saturating;
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::timer::{Timer, TokioTimer};
 use core::fmt;
 use std::time::Duration;
 
@@ -24,8 +25,8 @@ use super::{BreakerError, Classify};
 /// # Ok::<(), tailguard::ConfigError>(())
 /// ```
 #[derive(Clone)]
-pub struct BreakerLayer<C = ServerErrors> {
-    config: Config<C>,
+pub struct BreakerLayer<C = ServerErrors, R = TokioTimer> {
+    config: Config<C, R>,
 }
 
 impl BreakerLayer<ServerErrors> {
@@ -43,12 +44,13 @@ impl BreakerLayer<ServerErrors> {
                 bulkhead: None,
                 timeout_ns: None,
                 classify: ServerErrors,
+                timer: TokioTimer,
             },
         }
     }
 }
 
-impl<C> BreakerLayer<C> {
+impl<C, R> BreakerLayer<C, R> {
     /// Bounds the requests in flight through the wrapped services with
     /// `bulkhead` (shared with whatever else holds a clone of it); a request
     /// over the bound fails at once with [`BreakerError::BulkheadFull`].
@@ -64,8 +66,11 @@ impl<C> BreakerLayer<C> {
     }
 
     /// Cuts each request at `timeout` ([`BreakerError::TimedOut`]), counted
-    /// in the breaker as failed and slow. Needs a tokio runtime with its
-    /// timer enabled when a request outlives its first poll.
+    /// in the breaker as failed and slow. The timer is tokio's unless
+    /// [`timer`](Self::timer) says otherwise; where it has none to give (a
+    /// request pending on its first poll outside a tokio runtime) the
+    /// request is cut at once with [`BreakerError::NoTimer`], its permit
+    /// cancelled (no verdict), rather than panic or hang.
     ///
     /// # Errors
     /// A [`ConfigError`] for `"timeout"` when it is zero.
@@ -100,11 +105,12 @@ impl<C> BreakerLayer<C> {
     /// );
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
-    pub fn classify<D>(self, classify: D) -> BreakerLayer<D> {
+    pub fn classify<D>(self, classify: D) -> BreakerLayer<D, R> {
         let Config {
             breaker,
             bulkhead,
             timeout_ns,
+            timer,
             ..
         } = self.config;
         BreakerLayer {
@@ -113,6 +119,46 @@ impl<C> BreakerLayer<C> {
                 bulkhead,
                 timeout_ns,
                 classify,
+                timer,
+            },
+        }
+    }
+
+    /// Takes the timeout's sleep from `timer` instead of tokio's (see
+    /// [`crate::timer`]): the layer on another runtime. The timer is armed
+    /// only for a request not ready on its first poll, from inside that
+    /// poll; where it has none to give, the request fails at once with
+    /// [`BreakerError::NoTimer`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, timer::Never, tower::{BreakerError, BreakerLayer, ErrorsOnly}};
+    /// use tower::{service_fn, Layer, Service};
+    ///
+    /// let mut svc = BreakerLayer::new(Breaker::builder().build()?)
+    ///     .classify(ErrorsOnly)
+    ///     .timeout(Duration::from_millis(100))?
+    ///     .timer(Never) // no timer: a request that is not ready at once is cut
+    ///     .layer(service_fn(|_: ()| std::future::pending::<Result<(), std::io::Error>>()));
+    /// let out = futures_lite::future::block_on(svc.call(()));
+    /// assert!(matches!(out, Err(BreakerError::NoTimer)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn timer<Q: Timer>(self, timer: Q) -> BreakerLayer<C, Q> {
+        let Config {
+            breaker,
+            bulkhead,
+            timeout_ns,
+            classify,
+            ..
+        } = self.config;
+        BreakerLayer {
+            config: Config {
+                breaker,
+                bulkhead,
+                timeout_ns,
+                classify,
+                timer,
             },
         }
     }
@@ -129,14 +175,14 @@ impl<C> BreakerLayer<C> {
     }
 }
 
-impl<C> fmt::Debug for BreakerLayer<C> {
+impl<C, R> fmt::Debug for BreakerLayer<C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.config.fmt_fields(&mut f.debug_struct("BreakerLayer"))
     }
 }
 
-impl<S, C: Clone> tower_layer::Layer<S> for BreakerLayer<C> {
-    type Service = BreakerService<S, C>;
+impl<S, C: Clone, R: Clone> tower_layer::Layer<S> for BreakerLayer<C, R> {
+    type Service = BreakerService<S, C, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         BreakerService::new(inner, self.config.clone())

@@ -30,9 +30,13 @@
 //!   (by default as cancelled, neither failed nor slow; with
 //!   `track_in_flight`, a call a window close already counted as slow in
 //!   flight stays counted so).
-//! * The timeout, if set, is a tokio timer armed only when the inner future
-//!   is not ready on its first poll (the timer is then boxed: one
-//!   allocation, for a request already waiting on I/O). A request that runs
+//! * The timeout, if set, is a timer (tokio's by default; any
+//!   [`Timer`](crate::timer::Timer) with [`BreakerLayer::timer`]) armed only
+//!   when the inner future is not ready on its first poll (its sleep is
+//!   then boxed: one allocation, for a request already waiting on I/O).
+//!   Where the timer has none to give (tokio's outside a tokio runtime),
+//!   the request fails at once with [`BreakerError::NoTimer`], its permit
+//!   cancelled, rather than panic or run with no deadline. A request that runs
 //!   past it fails with [`BreakerError::TimedOut`] and counts in the
 //!   breaker as a timeout
 //!   ([`OwnedPermit::record_timeout`](crate::OwnedPermit::record_timeout):

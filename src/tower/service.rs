@@ -8,6 +8,7 @@ use super::future::{elapsed_ns, Refusal, ResponseFuture};
 use crate::breaker::{Breaker, WatchKey};
 use crate::bulkhead::Bulkhead;
 use crate::report::Rejected;
+use crate::timer::{Timer, TokioTimer};
 use core::fmt;
 use core::task::{Context, Poll};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -20,15 +21,17 @@ use super::BreakerLayer;
 
 /// What a layer gives each service it makes.
 #[derive(Clone)]
-pub(super) struct Config<C> {
+pub(super) struct Config<C, R> {
     pub(super) breaker: Breaker,
     pub(super) bulkhead: Option<Bulkhead>,
     /// The timeout in nanoseconds; `None` for none.
     pub(super) timeout_ns: Option<u64>,
     pub(super) classify: C,
+    /// Where the timeout's sleep comes from.
+    pub(super) timer: R,
 }
 
-impl<C> Config<C> {
+impl<C, R> Config<C, R> {
     pub(super) fn fmt_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) -> fmt::Result {
         d.field("breaker", &self.breaker)
             .field("bulkhead", &self.bulkhead)
@@ -53,9 +56,9 @@ impl<C> Config<C> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct BreakerService<S, C = ServerErrors> {
+pub struct BreakerService<S, C = ServerErrors, R = TokioTimer> {
     inner: S,
-    config: Config<C>,
+    config: Config<C, R>,
     /// A refusal `poll_ready` found in the breaker, for the next `call`.
     refusal: Option<Rejected>,
     /// This service's place among the tasks the breaker wakes when it
@@ -104,7 +107,7 @@ impl Drop for Watch {
     }
 }
 
-impl<S: Clone, C: Clone> Clone for BreakerService<S, C> {
+impl<S: Clone, C: Clone, R: Clone> Clone for BreakerService<S, C, R> {
     /// A clone is not ready: it does not inherit a pending refusal.
     fn clone(&self) -> Self {
         Self {
@@ -116,7 +119,7 @@ impl<S: Clone, C: Clone> Clone for BreakerService<S, C> {
     }
 }
 
-impl<S, C> BreakerService<S, C> {
+impl<S, C, R> BreakerService<S, C, R> {
     /// The wrapped service.
     ///
     /// ```
@@ -169,21 +172,22 @@ impl<S, C> BreakerService<S, C> {
     }
 }
 
-impl<S: fmt::Debug, C> fmt::Debug for BreakerService<S, C> {
+impl<S: fmt::Debug, C, R> fmt::Debug for BreakerService<S, C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.config
             .fmt_fields(f.debug_struct("BreakerService").field("inner", &self.inner))
     }
 }
 
-impl<S, C, Req> Service<Req> for BreakerService<S, C>
+impl<S, C, R, Req> Service<Req> for BreakerService<S, C, R>
 where
     S: Service<Req>,
     C: Classify<S::Response> + Clone,
+    R: Timer + Clone,
 {
     type Response = S::Response;
     type Error = BreakerError<S::Error>;
-    type Future = ResponseFuture<S::Future, C>;
+    type Future = ResponseFuture<S::Future, C, R>;
 
     /// Looks at the breaker (taking nothing), then asks the inner service;
     /// a task left waiting for the inner service is woken when the breaker
@@ -242,13 +246,20 @@ where
                 resume_unwind(panic)
             }
         };
-        ResponseFuture::called(call, permit, slot, config.timeout_ns, config.classify.clone())
+        ResponseFuture::called(
+            call,
+            permit,
+            slot,
+            config.timeout_ns,
+            config.classify.clone(),
+            config.timer.clone(),
+        )
     }
 }
 
-impl<S, C> BreakerService<S, C> {
+impl<S, C, R> BreakerService<S, C, R> {
     /// The service a layer with `config` makes around `inner`.
-    pub(super) fn new(inner: S, config: Config<C>) -> Self {
+    pub(super) fn new(inner: S, config: Config<C, R>) -> Self {
         BreakerService {
             inner,
             config,

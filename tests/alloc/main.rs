@@ -8,3 +8,5 @@ mod support;
 mod breaker;
 mod counting;
 mod dlq;
+#[cfg(feature = "tokio")]
+mod emit;

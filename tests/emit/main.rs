@@ -1,16 +1,21 @@
 //! The emit path (`tailguard::emit`, `tailguard::Bulkhead`), one module per
 //! subject: the blocking emitter on the manual clock, the async one on
-//! tokio's paused clock (behind the `tokio` feature). Where a test came
+//! tokio's paused clock (behind the `tokio` feature), on async-io's timer
+//! (behind `async-io`), and outside any runtime. Where a test came
 //! from is the last line of its doc.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod accounting;
+#[cfg(feature = "async-io")]
+mod async_io;
 #[cfg(feature = "tokio")]
 mod cancellation;
 #[cfg(feature = "tokio")]
 mod consumers;
+#[cfg(feature = "tokio")]
+mod no_runtime;
 mod outcomes;
 mod overrides;
 mod panics;
