@@ -128,7 +128,9 @@ pub(crate) struct Inner {
     // ---- written by window close, under `tick` ----
     tick: Mutex<TickState>,
     /// Where `TickState::latency` is (an address only: the ticker
-    /// prefetches it before the close that adds to it).
+    /// prefetches it before the close that adds to it; no ticker under
+    /// the loom models).
+    #[cfg_attr(tailguard_loom, allow(dead_code))]
     latency_at: usize,
     /// The breaker time of the last window close: every decision outside a
     /// close (a probe's lease, an in-flight epoch, a transition's time)
