@@ -1,7 +1,7 @@
 //! The async emitter (feature `tokio`): the call is a future, cancelled at
 //! the deadline; one read of tokio's clock starts an emit.
 
-use super::call::Outcome;
+use super::call::{Host, Outcome};
 use super::metrics::{Count, Metrics};
 use super::replay::Replay;
 use super::{Divert, Emitted, Emitter, Replayed};

@@ -14,6 +14,7 @@ mod consumers;
 mod outcomes;
 mod overrides;
 mod panics;
+mod per_core;
 mod replay;
 mod shutdown;
 mod timeouts;
