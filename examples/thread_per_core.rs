@@ -63,36 +63,30 @@ fn core_loop(core: u64) -> Vec<(EmitterStats, u64, u64)> {
             Ok(())
         }
     };
-    let (mut trigger, mut emitted, mut last_tick) = (core << 40, 0, Duration::ZERO);
-    let mut step = |t: Duration| {
+    // Nothing is handed back here (the queues are sized for the run): main
+    // checks it from the counters, which count every trigger handed back.
+    let (mut emitted, mut last_tick) = (0, Duration::ZERO);
+    let mut step = |emit: bool| {
         if clock.now() - last_tick >= 5 * MS {
             last_tick = clock.now();
             for (c, (breaker, emitter)) in lanes.iter().enumerate() {
                 breaker.tick();
-                let r = emitter.replay_blocking(256, |_, d| call(c, d));
-                assert!(r.handed_back.is_none(), "the queue is sized for the run");
+                let _ = emitter.replay_blocking(256, |_, d| call(c, d));
             }
         }
-        if t < RUN {
-            for (c, (_, emitter)) in lanes.iter().enumerate() {
-                trigger += 1;
-                emitted += 1;
-                let out = emitter.emit_blocking(trigger, Priority::Routine, |_, d| call(c, d));
-                assert!(
-                    !matches!(out, tailguard::emit::Emitted::HandedBack { .. }),
-                    "nothing handed back"
-                );
-            }
+        for (c, (_, emitter)) in lanes.iter().enumerate().filter(|_| emit) {
+            emitted += 1;
+            let _ = emitter.emit_blocking(core << 40 | emitted, Priority::Routine, |_, d| call(c, d));
         }
         clock.advance(Duration::from_micros(50));
     };
     while clock.now() < RUN {
-        step(clock.now());
+        step(true);
     }
     // Wind down: the consumers are healthy again; replay every queue.
     let end = clock.now() + 5 * RUN;
     while lanes.iter().any(|(_, e)| !e.queue().is_empty() || e.stats().pending) && clock.now() < end {
-        step(RUN);
+        step(false);
     }
     lanes
         .iter()

@@ -5,7 +5,7 @@
 //! what an emit's trigger becomes after it, and how a call ended.
 
 use super::metrics::Count;
-use super::replay::Pending;
+use super::pending::Pending;
 use super::{Divert, Emitted, HandBack, Inner};
 use crate::breaker::Breaker;
 use crate::bulkhead::BulkheadPermit;
@@ -108,7 +108,7 @@ pub(super) trait Host<T> {
     /// The replay turn, if no other replay holds it.
     fn replay_turn(&self) -> Option<Self::Turn<'_>>;
     /// The trigger at the head, taken out
-    /// ([`head_first`](super::replay::head_first)).
+    /// ([`head_first`](super::pending::head_first)).
     fn take_next(&self) -> Option<Pending<T>>;
     /// Puts `p` back at the head.
     fn keep_at_head(&self, p: Pending<T>);

@@ -5,7 +5,8 @@
 
 use super::call::{Host, NotAdmitted, Outcome};
 use super::metrics::{Count, LocalMetrics};
-use super::replay::{head_first, Pending, Replay};
+use super::pending::{head_first, Pending};
+use super::replay::Replay;
 use super::{Deadline, Emitted, EmitterBuilder, EmitterStats, HandBack, QueueView, Replayed};
 use crate::breaker::Breaker;
 use crate::dlq::{DeadLetterQueue, Priority, Producer, Pushed};

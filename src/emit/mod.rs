@@ -103,6 +103,7 @@ mod call;
 mod future;
 mod local;
 mod metrics;
+mod pending;
 mod replay;
 
 pub use local::{LocalEmitter, LocalStatsReader};

@@ -55,6 +55,7 @@
 
 use super::call::{Host, NotAdmitted, Outcome, Verdict};
 use super::metrics::Count;
+use super::pending::{head_first, Pending};
 use super::{Deadline, Divert, HandBack, Inner, ReplayStop, Replayed};
 use crate::breaker::Breaker;
 use crate::bulkhead::BulkheadPermit;
@@ -75,15 +76,6 @@ pub(super) struct ReplayState<T> {
     pending: Option<Pending<T>>,
 }
 
-/// A trigger taken out of the queue for replay that has not been
-/// delivered yet; it stays at the head of the queue.
-pub(super) struct Pending<T> {
-    pub(super) trigger: T,
-    pub(super) class: Priority,
-    /// Failed attempts so far.
-    attempts: u32,
-}
-
 impl<T> ReplayState<T> {
     pub(super) fn new(queue: DeadLetterQueue<T>) -> Self {
         Self { queue, pending: None }
@@ -94,18 +86,6 @@ impl<T> ReplayState<T> {
     fn next(&mut self) -> Option<Pending<T>> {
         head_first(self.pending.take(), &self.queue)
     }
-}
-
-/// The rule of the head, for both emitters: the trigger kept from a failed
-/// attempt goes first whatever has been queued since, else the queue's next.
-pub(super) fn head_first<T>(kept: Option<Pending<T>>, queue: &DeadLetterQueue<T>) -> Option<Pending<T>> {
-    kept.or_else(|| {
-        queue.pop().map(|(trigger, class)| Pending {
-            trigger,
-            class,
-            attempts: 0,
-        })
-    })
 }
 
 /// Whether replay may run: the breaker CLOSED, or in a mode that
