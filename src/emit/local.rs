@@ -54,6 +54,11 @@ use std::time::Duration;
 ///   core stored (never a torn one), each only ever going up; like the
 ///   shared emitter's, the identities hold once the emitter is quiet.
 ///
+/// Cost (callgrind, `benches/instructions.rs`): 161 instructions per
+/// delivered emit with a bulkhead on the coarse clock, 263 per diverted
+/// one (queue drained every 512), against 222 and 354.5 for the shared
+/// [`Emitter`](super::Emitter).
+///
 /// Its outcomes ([`Emitted`], [`Divert`](super::Divert), [`Replayed`]), its
 /// counters ([`EmitterStats`]) and their identities are the shared
 /// emitter's, from the same code: what an emit's call ends in, and replay's

@@ -467,3 +467,34 @@ fn bad_settings_are_typed_errors() {
     let builder = LocalEmitter::<u8>::builder(b, DeadLetterQueue::with_capacity(8).unwrap());
     assert_eq!(builder.bulkhead(0).unwrap_err().field(), "bulkhead");
 }
+
+/// A replay call that panics keeps its trigger at the head with one attempt
+/// used (the shared emitter's rule): one more failure hands it back.
+#[test]
+fn a_panicking_replay_call_keeps_its_trigger_with_one_attempt_used() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e: LocalEmitter<u32> = local(&b, 8);
+    let _ = e.enqueue(1, Priority::Routine);
+    let _ = e.enqueue(2, Priority::Routine);
+    let caught = catch_unwind(AssertUnwindSafe(|| {
+        let _ = e.replay_blocking(10, |_, _| -> Result<(), ()> {
+            panic!("consumer bug (expected by this test)")
+        });
+    }));
+    assert!(caught.is_err());
+    let s = e.stats();
+    assert_eq!((s.pending, s.queued, s.replayed), (true, 1, 0));
+    assert_conserved(&s, 0);
+    // replay_attempts(2): the second failed call is its last.
+    let r = e.replay_blocking(10, |_, _| Err::<(), _>("down"));
+    assert_eq!(r.handed_back, Some((1, Priority::Routine)));
+    let r = e.replay_blocking(10, |_, _| Ok::<_, ()>(()));
+    assert_eq!((r.delivered, r.stopped), (1, Some(ReplayStop::Empty)));
+    let s = e.stats();
+    assert_eq!(
+        (s.pending, s.queued, s.replayed, s.replay_handed_back),
+        (false, 0, 1, 1)
+    );
+    assert_conserved(&s, 0);
+}
