@@ -17,6 +17,16 @@
 //!   `Timeout` around the same call. Goal: the emit no dearer than
 //!   `async/tower_limit_timeout`.
 //!
+//! * `per_core/*`: the per-core emitter (`LocalEmitter`, over a breaker's
+//!   `LocalHandle`, coarse clock, bulkhead) beside the bare call and the
+//!   shared emitter in the same group: `local_delivered` (goal: within
+//!   15 ns of `bare`), `local_diverted` (OPEN, the queue drained every
+//!   512) beside `shared_diverted`.
+//! * `per_core_threads/{1,2}`: per-thread time of a delivered emit with 1
+//!   and 2 threads at once, each with its own breaker and emitter (goal:
+//!   flat, 2 within 10% of 1; on a machine with fewer free cores than
+//!   threads it measures the scheduler instead).
+//!
 //! `cargo bench --bench emit --features tokio`; `cargo test --benches
 //! --features tokio` runs each once.
 
@@ -27,7 +37,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tailguard::clock::ClockSource;
 use tailguard::dlq::{DeadLetterQueue, Priority};
-use tailguard::emit::{Emitted, Emitter};
+use tailguard::emit::{Emitted, Emitter, LocalEmitter};
 use tailguard::Breaker;
 use tower::{Service, ServiceExt};
 
@@ -181,5 +191,133 @@ fn asynchronous(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, blocking, asynchronous);
+/// A per-core emitter on the coarse clock with a bulkhead, as `emitter`.
+fn local_emitter() -> LocalEmitter<u64> {
+    let b = Breaker::builder()
+        .clock(ClockSource::coarse())
+        .ticker(false)
+        .local_handles(1)
+        .build()
+        .unwrap();
+    Emitter::builder(b, DeadLetterQueue::with_capacity(1024).unwrap())
+        .bulkhead(64)
+        .unwrap()
+        .timeout(Duration::from_millis(200))
+        .unwrap()
+        .build_local()
+        .unwrap()
+}
+
+/// `n` delivered emits through `e`.
+#[inline(never)]
+fn local_delivered(e: &LocalEmitter<u64>, n: u64) {
+    for i in 0..n {
+        match e.emit_blocking(i, Priority::Routine, |t, _| call(t)) {
+            Emitted::Delivered(o) => {
+                black_box(o);
+            }
+            _ => unreachable!("happy path"),
+        }
+    }
+}
+
+fn per_core(c: &mut Criterion) {
+    let mut g = c.benchmark_group("per_core");
+    g.bench_function("bare", |b| {
+        let mut n = 0u64;
+        b.iter(|| {
+            n += 1;
+            black_box(call(&n))
+        })
+    });
+    let shared = emitter(ClockSource::coarse(), true);
+    g.bench_function("shared_delivered", |b| {
+        let mut n = 0u64;
+        b.iter(|| {
+            n += 1;
+            match shared.emit_blocking(n, Priority::Routine, |t, _| call(t)) {
+                Emitted::Delivered(o) => black_box(o),
+                _ => unreachable!("happy path"),
+            }
+        })
+    });
+    let local = local_emitter();
+    g.bench_function("local_delivered", |b| {
+        let mut n = 0u64;
+        b.iter(|| {
+            n += 1;
+            match local.emit_blocking(n, Priority::Routine, |t, _| call(t)) {
+                Emitted::Delivered(o) => black_box(o),
+                _ => unreachable!("happy path"),
+            }
+        })
+    });
+    let s = local.stats();
+    assert_eq!((s.diverted(), s.delivered), (0, s.emitted()), "every emit delivered");
+    shared.breaker().trip_now();
+    g.bench_function("shared_diverted", |b| {
+        let mut n = 0u64;
+        b.iter(|| {
+            n += 1;
+            let out = shared.emit_blocking(n, Priority::Routine, |t, _| call(t));
+            debug_assert!(matches!(out, Emitted::Diverted { .. }));
+            black_box(&out);
+            if n % 512 == 0 {
+                shared.drain(usize::MAX, |t, _| {
+                    black_box(t);
+                });
+            }
+        })
+    });
+    local.breaker().trip_now();
+    g.bench_function("local_diverted", |b| {
+        let mut n = 0u64;
+        b.iter(|| {
+            n += 1;
+            let out = local.emit_blocking(n, Priority::Routine, |t, _| call(t));
+            debug_assert!(matches!(out, Emitted::Diverted { .. }));
+            black_box(&out);
+            if n % 512 == 0 {
+                local.drain(usize::MAX, |t, _| {
+                    black_box(t);
+                });
+            }
+        })
+    });
+    let s = local.stats();
+    assert_eq!(s.into_queue(), s.out_of_queue(), "nothing lost");
+    assert_eq!(s.handed_back(), 0, "the queue never filled");
+    g.finish();
+
+    // Each thread its own breaker and emitter, started together: the mean
+    // of the threads' own times per emit.
+    let mut g = c.benchmark_group("per_core_threads");
+    for threads in [1u32, 2] {
+        g.bench_function(threads.to_string(), |b| {
+            b.iter_custom(|iters| {
+                let start = std::sync::Barrier::new(threads as usize);
+                let total: Duration = std::thread::scope(|s| {
+                    let handles: Vec<_> = (0..threads)
+                        .map(|_| {
+                            s.spawn(|| {
+                                let e = local_emitter();
+                                start.wait();
+                                let t = Instant::now();
+                                local_delivered(&e, iters);
+                                let took = t.elapsed();
+                                assert_eq!(e.stats().delivered, iters);
+                                took
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).sum()
+                });
+                total / threads
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, blocking, asynchronous, per_core);
 criterion_main!(benches);

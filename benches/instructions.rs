@@ -13,14 +13,14 @@ use std::hint::black_box;
 use std::time::Duration;
 use tailguard::clock::{ClockSource, ManualClock};
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
-use tailguard::emit::{Emitted, Emitter};
+use tailguard::emit::{Emitted, Emitter, LocalEmitter};
 use tailguard::{Breaker, RejectReason, State};
 
 const LATENCY: Duration = Duration::from_micros(200);
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// Every operation, by name.
-const OPS: [&str; 15] = [
+const OPS: [&str; 17] = [
     "closed_allow_record_latency",
     "relative_allow_record_latency",
     "manual_allow_record_latency",
@@ -36,6 +36,8 @@ const OPS: [&str; 15] = [
     "tick_nothing_due",
     "tick_idle_window",
     "next_due",
+    "local_emit_delivered",
+    "local_emit_diverted",
 ];
 
 fn closed(clock: ClockSource, local: usize) -> Breaker {
@@ -186,6 +188,45 @@ fn measure_next_due(b: &Breaker, n: u64) {
     for _ in 0..n {
         black_box(b.next_due());
     }
+}
+
+/// As `measure_emit_delivered`, through a per-core emitter.
+#[inline(never)]
+fn measure_local_emit_delivered(e: &LocalEmitter<u64>, n: u64) {
+    for i in 0..n {
+        match e.emit_blocking(i, Priority::Routine, |t, _| Ok::<_, ()>(black_box(*t))) {
+            Emitted::Delivered(o) => {
+                black_box(o);
+            }
+            _ => unreachable!("happy path"),
+        }
+    }
+}
+
+/// As `measure_emit_diverted`, through a per-core emitter.
+#[inline(never)]
+fn measure_local_emit_diverted(e: &LocalEmitter<u64>, n: u64) {
+    for i in 0..n {
+        let out = e.emit_blocking(i, Priority::Routine, |t, _| Ok::<_, ()>(*t));
+        black_box(matches!(out, Emitted::Diverted { displaced: None, .. }));
+        if i % 512 == 511 {
+            e.drain(usize::MAX, |t, _| {
+                black_box(t);
+            });
+        }
+    }
+}
+
+/// A per-core emitter over a breaker with one local shard, as `emitter`.
+fn local_emitter() -> LocalEmitter<u64> {
+    Emitter::builder(
+        closed(ClockSource::coarse(), 1),
+        DeadLetterQueue::with_capacity(1024).expect("capacity"),
+    )
+    .bulkhead(64)
+    .expect("bound")
+    .build_local()
+    .expect("valid emitter")
 }
 
 fn emitter() -> Emitter<u64> {
@@ -352,6 +393,17 @@ fn run(op: &str, n: u64) {
                 b.next_due() <= HOUR + HOUR / 2,
                 "the first window: half a window to one and a half"
             );
+        }
+        "local_emit_delivered" => {
+            let e = local_emitter();
+            measure_local_emit_delivered(&e, n);
+            assert_eq!(e.stats().delivered, n);
+        }
+        "local_emit_diverted" => {
+            let e = local_emitter();
+            e.breaker().trip_now();
+            measure_local_emit_diverted(&e, n);
+            assert_eq!(e.stats().diverted_open, n);
         }
         other => panic!("unknown operation {other:?}; one of {OPS:?}"),
     }

@@ -250,6 +250,49 @@ impl Registry {
         Ok(())
     }
 
+    /// As [`attach_emitter`](Self::attach_emitter), for a per-core
+    /// emitter: its counters and emit times (read through a
+    /// [`LocalStatsReader`](crate::emit::LocalStatsReader), with `Relaxed`
+    /// loads of what its core stores) and its queue's depth appear under
+    /// `name`. Its bulkhead is its core's own count, read in the emitter's
+    /// stats (`bulkhead_in_flight`), not exported as a shared bulkhead.
+    /// Register each core's breaker under a name of its own (say
+    /// `pricing@3`).
+    ///
+    /// # Errors
+    /// [`UnknownConsumer`] if there is no consumer `name`.
+    ///
+    /// ```
+    /// use tailguard::dlq::{DeadLetterQueue, Priority};
+    /// use tailguard::emit::LocalEmitter;
+    /// use tailguard::{Breaker, Registry};
+    ///
+    /// let r = Registry::new();
+    /// let b = r.get_or_create("pricing@0", || Breaker::builder().local_handles(1))?;
+    /// let e = LocalEmitter::builder(b, DeadLetterQueue::with_capacity(8)?).build_local()?;
+    /// r.attach_local_emitter("pricing@0", &e)?;
+    /// let _ = e.emit_blocking(1u32, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    /// assert_eq!(r.consumers()[0].emitter.as_ref().unwrap().delivered, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn attach_local_emitter<T: Send + 'static>(
+        &self,
+        name: &str,
+        emitter: &crate::emit::LocalEmitter<T>,
+    ) -> Result<(), UnknownConsumer> {
+        let reader = emitter.stats_reader();
+        let producer = emitter.producer().clone();
+        let capacity = producer.capacity();
+        let mut entries = self.entries.write();
+        let Some(e) = entries.get_mut(name) else {
+            return Err(UnknownConsumer::new(name, entries.keys()));
+        };
+        e.fallback = Some((Arc::new(move || (producer.len(), producer.stats())), capacity));
+        e.emitter = Some(Arc::new(move || reader.read()));
+        e.bulkhead = None;
+        Ok(())
+    }
+
     /// Every distinct bulkhead of the attached emitters, once each, in the
     /// order of the first consumer using it.
     #[cfg(feature = "prometheus")]

@@ -582,7 +582,7 @@ impl LocalHandle {
     /// let h = b.local_handle().unwrap();
     /// assert!(h.allow().is_ok());
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn allow(&self) -> Result<LocalPermit<'_>, Rejected> {
         self.allow_at(self.inner.clock.raw())
     }
@@ -594,7 +594,7 @@ impl LocalHandle {
     /// let h = b.local_handle().unwrap();
     /// assert!(h.allow_at(b.clock().raw()).is_ok());
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn allow_at(&self, reading: u64) -> Result<LocalPermit<'_>, Rejected> {
         match self.inner.admit(reading) {
             Ok(core) => Ok(LocalPermit { core, handle: self }),

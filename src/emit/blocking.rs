@@ -1,7 +1,7 @@
 //! The blocking emitter: the call runs on the caller's thread and is told
 //! its deadline; a call that returns after it counts as timed out.
 
-use super::call::Outcome;
+use super::call::{Host, Outcome};
 use super::replay::Replay;
 use super::{Deadline, Emitted, Emitter, Replayed};
 use crate::dlq::Priority;

@@ -1,14 +1,17 @@
 //! One call of the consumer, shared by the blocking and the async emit and
-//! replay: its admission (the breaker, then the bulkhead), the breaker's
-//! verdict on a call that returned, what an emit's trigger becomes after
-//! it, and how a call ended.
+//! replay, and by the shared and the per-core emitter: what an emitter
+//! must provide ([`Host`]: its breaker, bulkhead, queue and counters), and,
+//! written once over it, the breaker's verdict on a call that returned,
+//! what an emit's trigger becomes after it, and how a call ended.
 
 use super::metrics::Count;
-use super::{Divert, Emitted, Inner};
+use super::pending::Pending;
+use super::{Divert, Emitted, HandBack, Inner};
+use crate::breaker::Breaker;
 use crate::bulkhead::BulkheadPermit;
 use crate::dlq::{Priority, Pushed};
 use crate::report::Rejected;
-use crate::Permit;
+use crate::{LocalPermit, Permit};
 use std::any::Any;
 use std::panic::resume_unwind;
 use std::time::Duration;
@@ -42,6 +45,197 @@ pub(super) enum Outcome<R> {
     Panicked(Box<dyn Any + Send>),
 }
 
+/// A breaker permit's verdicts, for [`Host::Permit`].
+pub(super) trait Verdict {
+    fn record_latency(self, latency: Duration, ok: bool);
+    fn record_timeout(self, elapsed: Duration);
+}
+
+impl Verdict for Permit<'_> {
+    #[inline(always)]
+    fn record_latency(self, latency: Duration, ok: bool) {
+        Permit::record_latency(self, latency, ok);
+    }
+    #[inline]
+    fn record_timeout(self, elapsed: Duration) {
+        Permit::record_timeout(self, elapsed);
+    }
+}
+
+impl Verdict for LocalPermit<'_> {
+    #[inline(always)]
+    fn record_latency(self, latency: Duration, ok: bool) {
+        LocalPermit::record_latency(self, latency, ok);
+    }
+    #[inline]
+    fn record_timeout(self, elapsed: Duration) {
+        LocalPermit::record_timeout(self, elapsed);
+    }
+}
+
+/// What an emitter provides for its calls, its emits' outcomes and its
+/// replay: the shared [`Emitter`](super::Emitter)'s `Inner` (atomics, a
+/// lock around the queue's head, an atomic replay turn) or a
+/// [`LocalEmitter`](super::LocalEmitter) (its core's handle, cells and
+/// single-writer counters). The rest (an emit's outcome here, replay's
+/// policy in [`Replay`](super::replay::Replay)) is written once, over it.
+pub(super) trait Host<T> {
+    /// The breaker's permit for one call.
+    type Permit<'a>: Verdict
+    where
+        Self: 'a;
+    /// The bulkhead's slot for one call (given back when dropped).
+    type Slot<'a>
+    where
+        Self: 'a;
+    /// The right to replay, given back when dropped.
+    type Turn<'a>
+    where
+        Self: 'a;
+
+    fn breaker(&self) -> &Breaker;
+    fn timeout(&self) -> Duration;
+    fn timeout_ns(&self) -> u64;
+    fn replay_attempts(&self) -> u32;
+    fn metrics_count(&self, what: Count);
+    fn emit_time(&self, ns: u64, delivered: bool);
+    /// Queues `trigger` unless the emitter is shut down; counts nothing.
+    fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)>;
+    /// The breaker, then the bulkhead (a full bulkhead gives the permit
+    /// back untouched: the call was never made, counted in
+    /// `bulkhead_rejections`), at the reading `start`.
+    #[allow(clippy::type_complexity)]
+    fn admit(&self, start: u64) -> Result<(Self::Permit<'_>, Option<Self::Slot<'_>>), NotAdmitted>;
+    /// The replay turn, if no other replay holds it.
+    fn replay_turn(&self) -> Option<Self::Turn<'_>>;
+    /// The trigger at the head, taken out
+    /// ([`head_first`](super::pending::head_first)).
+    fn take_next(&self) -> Option<Pending<T>>;
+    /// Puts `p` back at the head.
+    fn keep_at_head(&self, p: Pending<T>);
+    /// Puts `p` back at the head unless the emitter is shut down (then it
+    /// comes back).
+    fn keep_unless_shut_down(&self, p: Pending<T>) -> Result<(), Pending<T>>;
+
+    /// The breaker's verdict on a call that returned (`ok` or not)
+    /// `elapsed_ns` after its start: past the timeout it counts as timed
+    /// out (failed and slow), whatever it returned. Returns whether it was
+    /// late.
+    #[inline(always)]
+    fn record_call(&self, permit: Self::Permit<'_>, ok: bool, elapsed_ns: u64) -> bool {
+        let late = elapsed_ns > self.timeout_ns();
+        if late {
+            permit.record_timeout(Duration::from_nanos(elapsed_ns));
+        } else {
+            permit.record_latency(Duration::from_nanos(elapsed_ns), ok);
+        }
+        late
+    }
+
+    /// Queues a trigger that was not delivered, or hands it back; counts it.
+    #[inline(never)]
+    fn divert<O, E>(&self, trigger: T, class: Priority, reason: Divert<E>) -> Emitted<T, O, E> {
+        match self.enqueue(trigger, class) {
+            Ok(pushed) => {
+                self.metrics_count(match reason {
+                    Divert::Open(_) => Count::DivertedOpen,
+                    Divert::BulkheadFull => Count::DivertedBulkhead,
+                    Divert::TimedOut(_) => Count::DivertedTimeout,
+                    Divert::Failed(_) => Count::DivertedFailed,
+                    Divert::NoTimer => Count::DivertedNoTimer,
+                });
+                let displaced = match pushed {
+                    Pushed::Queued => None,
+                    Pushed::Displaced(old, old_class) => {
+                        self.metrics_count(Count::Displaced);
+                        Some((old, old_class))
+                    }
+                };
+                Emitted::Diverted { reason, displaced }
+            }
+            Err((trigger, not_queued)) => {
+                self.metrics_count(match not_queued {
+                    HandBack::QueueFull => Count::HandedBackFull,
+                    HandBack::ShutDown => Count::HandedBackShutDown,
+                });
+                Emitted::HandedBack {
+                    trigger,
+                    class,
+                    reason,
+                    not_queued,
+                }
+            }
+        }
+    }
+
+    /// An emit's call that panicked, at `start`: gives back the bulkhead
+    /// slot, counts a failure in the breaker, queues the trigger (counted
+    /// as failed, with an emit time) if the queue takes it, then resumes
+    /// the panic. What cannot be queued is dropped with the unwinding and
+    /// counted in `dropped_in_panics`: the trigger itself when the queue is
+    /// full or shut down (the emit then counts as cancelled), or the
+    /// lower-class trigger it displaced.
+    #[cold]
+    fn panicked(
+        &self,
+        (permit, slot): (Self::Permit<'_>, Option<Self::Slot<'_>>),
+        trigger: T,
+        class: Priority,
+        start: u64,
+        panic: Box<dyn Any + Send>,
+    ) -> ! {
+        drop(slot);
+        let clock = self.breaker().clock();
+        let end = clock.raw();
+        permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, end)), false);
+        match self.enqueue(trigger, class) {
+            Ok(pushed) => {
+                self.metrics_count(Count::DivertedFailed);
+                if let Pushed::Displaced(..) = pushed {
+                    self.metrics_count(Count::Displaced);
+                    self.metrics_count(Count::PanicDropped);
+                }
+                self.emit_time(clock.delta_nanos(start, end), false);
+            }
+            Err(_) => {
+                self.metrics_count(Count::Cancelled);
+                self.metrics_count(Count::PanicDropped);
+            }
+        }
+        resume_unwind(panic)
+    }
+
+    /// Settles an emit's call that returned `result` `elapsed_ns` after its
+    /// start: the breaker's verdict, then delivered, or diverted with its
+    /// reason. A call that returned after the timeout counts in the breaker
+    /// as timed out (failed and slow); if it succeeded it is still
+    /// delivered (the consumer has it: queueing it would deliver it twice),
+    /// counted in `overran`.
+    #[inline(always)]
+    fn settle<O, E>(
+        &self,
+        permit: Self::Permit<'_>,
+        result: Result<O, E>,
+        trigger: T,
+        class: Priority,
+        elapsed_ns: u64,
+    ) -> Emitted<T, O, E> {
+        let elapsed = Duration::from_nanos(elapsed_ns);
+        let late = self.record_call(permit, result.is_ok(), elapsed_ns);
+        match result {
+            Ok(o) => {
+                // Counted delivered with its emit time, by the caller.
+                if late {
+                    self.metrics_count(Count::Overran);
+                }
+                Emitted::Delivered(o)
+            }
+            Err(_) if late => self.divert(trigger, class, Divert::TimedOut(elapsed)),
+            Err(e) => self.divert(trigger, class, Divert::Failed(e)),
+        }
+    }
+}
+
 impl<T> Inner<T> {
     /// The breaker, then the bulkhead (a full bulkhead gives the permit
     /// back untouched: the call was never made), at the reading `start`.
@@ -62,87 +256,5 @@ impl<T> Inner<T> {
             },
         };
         Ok((permit, slot))
-    }
-
-    /// An emit's call that panicked, at `start`: gives back the bulkhead
-    /// slot, counts a failure in the breaker, queues the trigger (counted
-    /// as failed, with an emit time) if the queue takes it, then resumes
-    /// the panic. What cannot be queued is dropped with the unwinding and
-    /// counted in `dropped_in_panics`: the trigger itself when the queue is
-    /// full or shut down (the emit then counts as cancelled), or the
-    /// lower-class trigger it displaced.
-    #[cold]
-    pub(super) fn panicked(
-        &self,
-        (permit, slot): Admitted<'_>,
-        trigger: T,
-        class: Priority,
-        start: u64,
-        panic: Box<dyn Any + Send>,
-    ) -> ! {
-        drop(slot);
-        let clock = self.breaker.clock();
-        let end = clock.raw();
-        permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, end)), false);
-        match self.enqueue(trigger, class) {
-            Ok(pushed) => {
-                self.metrics.count(Count::DivertedFailed);
-                if let Pushed::Displaced(..) = pushed {
-                    self.metrics.count(Count::Displaced);
-                    self.metrics.count(Count::PanicDropped);
-                }
-                self.metrics.emit_time(clock.delta_nanos(start, end), false);
-            }
-            Err(_) => {
-                self.metrics.count(Count::Cancelled);
-                self.metrics.count(Count::PanicDropped);
-            }
-        }
-        resume_unwind(panic)
-    }
-
-    /// The breaker's verdict on a call that returned (`ok` or not)
-    /// `elapsed_ns` after its start: past the timeout it counts as timed
-    /// out (failed and slow), whatever it returned. Returns whether it was
-    /// late.
-    #[inline(always)]
-    pub(super) fn record_call(&self, permit: Permit<'_>, ok: bool, elapsed_ns: u64) -> bool {
-        let late = elapsed_ns > self.timeout_ns;
-        if late {
-            permit.record_timeout(Duration::from_nanos(elapsed_ns));
-        } else {
-            permit.record_latency(Duration::from_nanos(elapsed_ns), ok);
-        }
-        late
-    }
-
-    /// Settles an emit's call that returned `result` `elapsed_ns` after its
-    /// start: the breaker's verdict, then delivered, or diverted with its
-    /// reason. A call that returned after the timeout counts in the breaker
-    /// as timed out (failed and slow); if it succeeded it is still
-    /// delivered (the consumer has it: queueing it would deliver it twice),
-    /// counted in `overran`.
-    #[inline(always)]
-    pub(super) fn settle<O, E>(
-        &self,
-        permit: Permit<'_>,
-        result: Result<O, E>,
-        trigger: T,
-        class: Priority,
-        elapsed_ns: u64,
-    ) -> Emitted<T, O, E> {
-        let elapsed = Duration::from_nanos(elapsed_ns);
-        let late = self.record_call(permit, result.is_ok(), elapsed_ns);
-        match result {
-            Ok(o) => {
-                // Counted delivered with its emit time, by the caller.
-                if late {
-                    self.metrics.count(Count::Overran);
-                }
-                Emitted::Delivered(o)
-            }
-            Err(_) if late => self.divert(trigger, class, Divert::TimedOut(elapsed)),
-            Err(e) => self.divert(trigger, class, Divert::Failed(e)),
-        }
     }
 }

@@ -3,7 +3,7 @@
 //! for [`Emitter::emit_with`]); one read of the breaker's clock starts an
 //! emit.
 
-use super::call::Outcome;
+use super::call::{Host, Outcome};
 use super::metrics::{Count, Metrics};
 use super::replay::Replay;
 use super::{Divert, Emitted, Emitter, Replayed};

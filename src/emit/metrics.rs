@@ -11,7 +11,7 @@
 use crate::report::LatencyQuantiles;
 use crate::shard::thread_index;
 use crate::sketch::{key_index, Histogram, TOP};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
@@ -72,9 +72,9 @@ macro_rules! counters {
         impl $stats {
             /// Every counter summed over `metrics`' shards, then the rest
             /// (read by `rest`, after the counters).
-            pub(crate) fn read(metrics: &Metrics, rest: impl FnOnce() -> ($($xty,)*)) -> Self {
-                $(let $field = metrics.sum(Count::$variant);)*
-                $(let $field2 = metrics.sum(Count::$variant2);)*
+            pub(crate) fn read(sum: impl Fn(Count) -> u64, rest: impl FnOnce() -> ($($xty,)*)) -> Self {
+                $(let $field = sum(Count::$variant);)*
+                $(let $field2 = sum(Count::$variant2);)*
                 let ($($xfield,)*) = rest();
                 Self {
                     $($field,)*
@@ -280,7 +280,7 @@ impl Metrics {
         self.mine().counts[what as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn sum(&self, what: Count) -> u64 {
+    pub(crate) fn sum(&self, what: Count) -> u64 {
         self.shards
             .iter()
             .map(|s| s.counts[what as usize].load(Ordering::Relaxed))
@@ -289,19 +289,91 @@ impl Metrics {
 
     /// The emit-time histogram, summed over the shards.
     pub(crate) fn times(&self) -> EmitTimes {
-        let mut counts = [0u64; TIME_BUCKETS];
-        let mut sum = 0u64;
-        for s in self.shards.iter() {
-            for (c, t) in counts.iter_mut().zip(s.times.iter()) {
-                *c = c.wrapping_add(t.load(Ordering::Relaxed));
-            }
-            sum = sum.wrapping_add(s.time_sum.load(Ordering::Relaxed));
-        }
-        EmitTimes { counts, sum_ns: sum }
+        times_of(self.shards.iter().map(|s| &**s))
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
         self.shards.len() * core::mem::size_of::<CachePadded<Shard>>()
+    }
+}
+
+/// The emit-time histogram of `shards`, summed.
+fn times_of<'a>(shards: impl Iterator<Item = &'a Shard>) -> EmitTimes {
+    let mut counts = [0u64; TIME_BUCKETS];
+    let mut sum = 0u64;
+    for s in shards {
+        for (c, t) in counts.iter_mut().zip(s.times.iter()) {
+            *c = c.wrapping_add(t.load(Ordering::Relaxed));
+        }
+        sum = sum.wrapping_add(s.time_sum.load(Ordering::Relaxed));
+    }
+    EmitTimes { counts, sum_ns: sum }
+}
+
+/// The counters of a [`LocalEmitter`](super::LocalEmitter): one block,
+/// written by its core only, each update a plain `Relaxed` load and store
+/// (no read-modify-write: nothing else writes the line), read by any
+/// thread with `Relaxed` loads (a scrape). Beside the counters, the two
+/// gauges a reading needs from the core: the calls in its bulkhead, and
+/// whether replay keeps a trigger at the head.
+pub(crate) struct LocalMetrics {
+    shard: Shard,
+    /// Calls in flight in the core's bulkhead.
+    pub(crate) in_flight: AtomicUsize,
+    /// Whether replay keeps a trigger at the head.
+    pub(crate) pending: AtomicBool,
+}
+
+/// Adds `n` to a counter only this core writes: a load and a store.
+#[inline(always)]
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+impl LocalMetrics {
+    pub(crate) fn new() -> Self {
+        Self {
+            shard: Shard {
+                counts: core::array::from_fn(|_| AtomicU64::new(0)),
+                times: core::array::from_fn(|_| AtomicU64::new(0)),
+                time_sum: AtomicU64::new(0),
+            },
+            in_flight: AtomicUsize::new(0),
+            pending: AtomicBool::new(false),
+        }
+    }
+
+    /// As [`Metrics::emit_time`], on the owning core only.
+    #[inline(always)]
+    pub(crate) fn emit_time(&self, ns: u64, delivered: bool) {
+        let shard = &self.shard;
+        if delivered {
+            bump(&shard.counts[Count::Delivered as usize], 1);
+        }
+        bump(&shard.times[key_index(ns)], 1);
+        bump(&shard.time_sum, ns);
+    }
+
+    /// Adds `n` to a counter, on the owning core only.
+    #[inline]
+    pub(crate) fn add(&self, what: Count, n: u64) {
+        bump(&self.shard.counts[what as usize], n);
+    }
+
+    /// Adds one to a counter, on the owning core only.
+    #[inline]
+    pub(crate) fn count(&self, what: Count) {
+        self.add(what, 1);
+    }
+
+    /// A counter, from any thread.
+    pub(crate) fn sum(&self, what: Count) -> u64 {
+        self.shard.counts[what as usize].load(Ordering::Relaxed)
+    }
+
+    /// The emit-time histogram, from any thread.
+    pub(crate) fn times(&self) -> EmitTimes {
+        times_of(core::iter::once(&self.shard))
     }
 }
 

@@ -56,6 +56,13 @@
 //! Each of those counters is counted, none derived, so each only ever
 //! goes up, whatever the emits, replays, drains and reads racing it.
 //!
+//! A thread-per-core server gives each core a [`LocalEmitter`] per
+//! consumer instead (from the same builder,
+//! [`build_local`](EmitterBuilder::build_local)): the same outcomes,
+//! counters, identities and replay policy, over a breaker's
+//! [`LocalHandle`](crate::LocalHandle), with nothing on its emit path
+//! written by another core.
+//!
 //! ```
 //! use std::time::Duration;
 //! use tailguard::dlq::{DeadLetterQueue, Priority};
@@ -93,9 +100,12 @@
 mod blocking;
 mod call;
 mod future;
+mod local;
 mod metrics;
+mod pending;
 mod replay;
 
+pub use local::{LocalEmitter, LocalStatsReader};
 pub use metrics::{EmitTimes, EmitterStats};
 #[cfg(feature = "prometheus")]
 pub(crate) use metrics::{Exported, EXPORTED};
@@ -567,6 +577,9 @@ pub struct EmitterBuilder<T> {
     breaker: Breaker,
     queue: DeadLetterQueue<T>,
     bulkhead: Option<Bulkhead>,
+    /// Whether `bulkhead` came from [`EmitterBuilder::shared_bulkhead`]
+    /// (a per-core emitter cannot take it: see [`EmitterBuilder::build_local`]).
+    shared_bulkhead: bool,
     timeout: Duration,
     replay_attempts: u32,
 }
@@ -604,6 +617,7 @@ impl<T> Emitter<T> {
             breaker,
             queue,
             bulkhead: None,
+            shared_bulkhead: false,
             timeout: DEFAULT_TIMEOUT,
             replay_attempts: 3,
         }
@@ -632,7 +646,9 @@ impl<T> EmitterBuilder<T> {
                 format!("bulkhead({max_in_flight}) must admit at least one call"),
             )
         })?;
-        Ok(self.shared_bulkhead(bulkhead))
+        let mut this = self.shared_bulkhead(bulkhead);
+        this.shared_bulkhead = false;
+        Ok(this)
     }
 
     /// Uses `bulkhead` (which others may share: say one bound over several
@@ -649,6 +665,7 @@ impl<T> EmitterBuilder<T> {
     /// ```
     pub fn shared_bulkhead(mut self, bulkhead: Bulkhead) -> Self {
         self.bulkhead = Some(bulkhead);
+        self.shared_bulkhead = true;
         self
     }
 
@@ -862,12 +879,15 @@ impl<T> Emitter<T> {
         // before its time, and each only goes up): a reading never times
         // more emits than it counts ended.
         let emit_times = inner.metrics.times();
-        EmitterStats::read(&inner.metrics, || {
-            let pending = inner.has_pending.load(Ordering::Acquire);
-            let queued = inner.producer.len();
-            let bulkhead_in_flight = inner.bulkhead.as_ref().map_or(0, Bulkhead::in_flight);
-            (queued, pending, emit_times, bulkhead_in_flight)
-        })
+        EmitterStats::read(
+            |c| inner.metrics.sum(c),
+            || {
+                let pending = inner.has_pending.load(Ordering::Acquire);
+                let queued = inner.producer.len();
+                let bulkhead_in_flight = inner.bulkhead.as_ref().map_or(0, Bulkhead::in_flight);
+                (queued, pending, emit_times, bulkhead_in_flight)
+            },
+        )
     }
 
     /// Stops queueing and hands every queued trigger (the one replay keeps
@@ -982,45 +1002,9 @@ impl<T> Emitter<T> {
 }
 
 impl<T> Inner<T> {
-    /// Queues a trigger that was not delivered, or hands it back; counts it.
-    #[inline(never)]
-    fn divert<O, E>(&self, trigger: T, class: Priority, reason: Divert<E>) -> Emitted<T, O, E> {
-        match self.enqueue(trigger, class) {
-            Ok(pushed) => {
-                self.metrics.count(match reason {
-                    Divert::Open(_) => Count::DivertedOpen,
-                    Divert::BulkheadFull => Count::DivertedBulkhead,
-                    Divert::TimedOut(_) => Count::DivertedTimeout,
-                    Divert::Failed(_) => Count::DivertedFailed,
-                    Divert::NoTimer => Count::DivertedNoTimer,
-                });
-                let displaced = match pushed {
-                    Pushed::Queued => None,
-                    Pushed::Displaced(old, old_class) => {
-                        self.metrics.count(Count::Displaced);
-                        Some((old, old_class))
-                    }
-                };
-                Emitted::Diverted { reason, displaced }
-            }
-            Err((trigger, not_queued)) => {
-                self.metrics.count(match not_queued {
-                    HandBack::QueueFull => Count::HandedBackFull,
-                    HandBack::ShutDown => Count::HandedBackShutDown,
-                });
-                Emitted::HandedBack {
-                    trigger,
-                    class,
-                    reason,
-                    not_queued,
-                }
-            }
-        }
-    }
-
     /// Queues `trigger` unless the emitter is shut down; counts nothing.
     #[inline]
-    fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {
+    pub(super) fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {
         if !self.closed.load(Ordering::Acquire) {
             self.diverting.fetch_add(1, Ordering::Relaxed);
             fence(Ordering::SeqCst); // see `shutdown`

@@ -53,11 +53,13 @@
 //! each trigger and to keep one at the head; the turn's waiters' lock as
 //! the turn is given back.
 
-use super::call::Outcome;
+use super::call::{Host, NotAdmitted, Outcome, Verdict};
 use super::metrics::Count;
-use super::{Deadline, Divert, Inner, ReplayStop, Replayed};
+use super::pending::{head_first, Pending};
+use super::{Deadline, Divert, HandBack, Inner, ReplayStop, Replayed};
+use crate::breaker::Breaker;
 use crate::bulkhead::BulkheadPermit;
-use crate::dlq::{DeadLetterQueue, Priority};
+use crate::dlq::{DeadLetterQueue, Priority, Pushed};
 use crate::sync::{AtomicBool, Mutex, Ordering};
 use crate::Permit;
 use core::future::Future;
@@ -74,15 +76,6 @@ pub(super) struct ReplayState<T> {
     pending: Option<Pending<T>>,
 }
 
-/// A trigger taken out of the queue for replay that has not been
-/// delivered yet; it stays at the head of the queue.
-pub(super) struct Pending<T> {
-    pub(super) trigger: T,
-    pub(super) class: Priority,
-    /// Failed attempts so far.
-    attempts: u32,
-}
-
 impl<T> ReplayState<T> {
     pub(super) fn new(queue: DeadLetterQueue<T>) -> Self {
         Self { queue, pending: None }
@@ -91,32 +84,25 @@ impl<T> ReplayState<T> {
     /// The trigger at the head: the one kept from a failed attempt (it goes
     /// first whatever has been queued since), else the queue's next.
     fn next(&mut self) -> Option<Pending<T>> {
-        self.pending.take().or_else(|| {
-            self.queue.pop().map(|(trigger, class)| Pending {
-                trigger,
-                class,
-                attempts: 0,
-            })
-        })
+        head_first(self.pending.take(), &self.queue)
+    }
+}
+
+/// Whether replay may run: the breaker CLOSED, or in a mode that
+/// admits every call whatever its state (metrics-only, whose state is
+/// only what it would do; forced closed; disabled); never forced open.
+fn replay_allowed(b: &Breaker) -> bool {
+    use crate::report::{Mode, State};
+    match b.mode() {
+        Mode::ForcedOpen => false,
+        Mode::Normal => b.state() == State::Closed,
+        Mode::MetricsOnly | Mode::ForcedClosed | Mode::Disabled => true,
     }
 }
 
 impl<T> Inner<T> {
-    /// Whether replay may run: the breaker CLOSED, or in a mode that
-    /// admits every call whatever its state (metrics-only, whose state is
-    /// only what it would do; forced closed; disabled); never forced open.
-    fn replay_allowed(&self) -> bool {
-        use crate::report::{Mode, State};
-        let b = &self.breaker;
-        match b.mode() {
-            Mode::ForcedOpen => false,
-            Mode::Normal => b.state() == State::Closed,
-            Mode::MetricsOnly | Mode::ForcedClosed | Mode::Disabled => true,
-        }
-    }
-
     /// The replay turn, if no other replay (nor `shutdown_async`) holds it.
-    fn replay_turn(&self) -> Option<ReplayTurn<'_>> {
+    pub(super) fn replay_turn(&self) -> Option<ReplayTurn<'_>> {
         self.replaying
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
@@ -139,7 +125,7 @@ impl<T> Inner<T> {
 
     /// Puts `p` back at the head (before the queue's next), under a brief
     /// lock.
-    fn keep_at_head(&self, p: Pending<T>) {
+    fn keep_at_head_locked(&self, p: Pending<T>) {
         let mut state = self.replay.lock();
         Self::put_at_head(&mut state, &self.has_pending, p);
     }
@@ -149,7 +135,7 @@ impl<T> Inner<T> {
     /// drain (which sets `closed` before it takes anything): either the
     /// drain takes it, or we see `closed` and it is handed back. A loom
     /// model checks it (`a_replay_racing_shutdown_keeps_nothing_and_loses_nothing`).
-    fn keep_unless_shut_down(&self, p: Pending<T>) -> Result<(), Pending<T>> {
+    fn keep_unless_shut_down_locked(&self, p: Pending<T>) -> Result<(), Pending<T>> {
         let mut state = self.replay.lock();
         if self.closed.load(Ordering::Acquire) {
             return Err(p);
@@ -165,15 +151,68 @@ impl<T> Inner<T> {
     }
 }
 
+impl<T> Host<T> for Inner<T> {
+    type Permit<'a>
+        = Permit<'a>
+    where
+        Self: 'a;
+    type Slot<'a>
+        = BulkheadPermit<'a>
+    where
+        Self: 'a;
+    type Turn<'a>
+        = ReplayTurn<'a>
+    where
+        Self: 'a;
+    fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    fn replay_attempts(&self) -> u32 {
+        self.replay_attempts
+    }
+    fn replay_turn(&self) -> Option<ReplayTurn<'_>> {
+        Inner::replay_turn(self)
+    }
+    fn take_next(&self) -> Option<Pending<T>> {
+        Inner::take_next(self)
+    }
+    fn keep_at_head(&self, p: Pending<T>) {
+        self.keep_at_head_locked(p);
+    }
+    fn keep_unless_shut_down(&self, p: Pending<T>) -> Result<(), Pending<T>> {
+        self.keep_unless_shut_down_locked(p)
+    }
+    fn timeout_ns(&self) -> u64 {
+        self.timeout_ns
+    }
+    fn metrics_count(&self, what: Count) {
+        self.metrics.count(what);
+    }
+    fn emit_time(&self, ns: u64, delivered: bool) {
+        self.metrics.emit_time(ns, delivered);
+    }
+    #[inline]
+    fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {
+        Inner::enqueue(self, trigger, class)
+    }
+    #[inline(always)]
+    fn admit(&self, start: u64) -> Result<(Permit<'_>, Option<BulkheadPermit<'_>>), NotAdmitted> {
+        Inner::admit(self, start)
+    }
+}
+
 /// One replay, from its turn to its answer: every decision the blocking
 /// and the async replay make (see the [module documentation](self)).
-pub(super) struct Replay<'a, T, E> {
-    inner: &'a Inner<T>,
+pub(super) struct Replay<'a, T, E, H: Host<T> + 'a = Inner<T>> {
+    inner: &'a H,
     max: usize,
     out: Replayed<T, E>,
     /// Held until the replay ends (`None` if it could not start: then
     /// `out.stopped` says why).
-    _turn: Option<ReplayTurn<'a>>,
+    _turn: Option<H::Turn<'a>>,
 }
 
 /// A trigger being replayed: taken from the head and admitted (the
@@ -181,16 +220,16 @@ pub(super) struct Replay<'a, T, E> {
 /// running. Dropped unsettled (a replay dropped mid-call), it gives the
 /// slot and the permit back and keeps the trigger at the head, no attempt
 /// used.
-pub(super) struct Attempt<'a, T> {
+pub(super) struct Attempt<'a, T, H: Host<T> + 'a = Inner<T>> {
     // Dropped in this order: the slot, the permit (a call never settled:
     // cancelled), then the trigger, kept at the head.
-    slot: Option<BulkheadPermit<'a>>,
-    permit: Permit<'a>,
-    held: Held<'a, T>,
+    slot: Option<H::Slot<'a>>,
+    permit: H::Permit<'a>,
+    held: Held<'a, T, H>,
     start: u64,
 }
 
-impl<'a, T> Attempt<'a, T> {
+impl<'a, T, H: Host<T> + 'a> Attempt<'a, T, H> {
     /// The trigger to call the consumer with.
     pub(super) fn trigger(&self) -> &T {
         &self.held.item.as_ref().expect("held until settled").trigger
@@ -208,18 +247,18 @@ impl<'a, T> Attempt<'a, T> {
     pub(super) fn deadline(&self) -> Deadline<'a> {
         let inner = self.held.inner;
         Deadline {
-            clock: inner.breaker.clock(),
+            clock: inner.breaker().clock(),
             start: self.start,
-            budget: inner.timeout,
+            budget: inner.timeout(),
         }
     }
 }
 
-impl<'a, T, E> Replay<'a, T, E> {
+impl<'a, T, E, H: Host<T> + 'a> Replay<'a, T, E, H> {
     /// Starts a replay of up to `max` triggers: with the turn, or already
     /// stopped (the breaker not CLOSED, or another replay running).
-    pub(super) fn begin(inner: &'a Inner<T>, max: usize) -> Self {
-        let turn = if inner.replay_allowed() {
+    pub(super) fn begin(inner: &'a H, max: usize) -> Self {
+        let turn = if replay_allowed(inner.breaker()) {
             inner.replay_turn().ok_or(ReplayStop::Busy)
         } else {
             Err(ReplayStop::NotClosed)
@@ -246,7 +285,7 @@ impl<'a, T, E> Replay<'a, T, E> {
     /// replay is over: stopped, `max` delivered, the queue empty, or the
     /// trigger turned away by the breaker or the bulkhead (kept at the
     /// head with no attempt used, or handed back after a shutdown).
-    pub(super) fn next<S>(&mut self, start: impl FnOnce() -> (u64, S)) -> Option<(Attempt<'a, T>, S)> {
+    pub(super) fn next<S>(&mut self, start: impl FnOnce() -> (u64, S)) -> Option<(Attempt<'a, T, H>, S)> {
         if self.out.stopped.is_some() || self.out.delivered >= self.max {
             return None;
         }
@@ -279,14 +318,14 @@ impl<'a, T, E> Replay<'a, T, E> {
     /// recorded (past the timeout a call counts as timed out, whatever it
     /// returned), then the trigger delivered, or not (the replay stops).
     /// A panic resumes: one attempt used, the trigger kept at the head.
-    pub(super) fn settle<O>(&mut self, attempt: Attempt<'a, T>, outcome: Outcome<Result<O, E>>) {
+    pub(super) fn settle<O>(&mut self, attempt: Attempt<'a, T, H>, outcome: Outcome<Result<O, E>>) {
         let Attempt {
             slot,
             permit,
             mut held,
             start,
         } = attempt;
-        let clock = self.inner.breaker.clock();
+        let clock = self.inner.breaker().clock();
         let elapsed_ns = clock.delta_nanos(start, clock.raw());
         drop(slot);
         let elapsed = Duration::from_nanos(elapsed_ns);
@@ -294,7 +333,7 @@ impl<'a, T, E> Replay<'a, T, E> {
             Outcome::Done(Ok(_)) => {
                 self.inner.record_call(permit, true, elapsed_ns); // late: delivered, counted timed out
                 held.item = None;
-                self.inner.metrics.count(Count::Replayed);
+                self.inner.metrics_count(Count::Replayed);
                 self.out.delivered += 1;
                 return;
             }
@@ -334,20 +373,20 @@ impl<'a, T, E> Replay<'a, T, E> {
     /// the last the trigger is handed back; else it is kept at the head,
     /// unless the emitter is shut down (then handed back too: nothing is
     /// kept after a shutdown's drain).
-    fn not_delivered(&mut self, mut held: Held<'a, T>, reason: Divert<E>) {
+    fn not_delivered(&mut self, mut held: Held<'a, T, H>, reason: Divert<E>) {
         let mut p = held.item.take().expect("held until settled");
         let called = reason.called();
         if called {
             p.attempts = p.attempts.saturating_add(1);
         }
-        let last = called && p.attempts >= self.inner.replay_attempts;
+        let last = called && p.attempts >= self.inner.replay_attempts();
         let back = if last {
             Err(p)
         } else {
             self.inner.keep_unless_shut_down(p)
         };
         if let Err(p) = back {
-            self.inner.metrics.count(Count::ReplayHandedBack);
+            self.inner.metrics_count(Count::ReplayHandedBack);
             self.out.handed_back = Some((p.trigger, p.class));
         }
         self.out.stopped = Some(ReplayStop::Failed(reason));
@@ -357,12 +396,12 @@ impl<'a, T, E> Replay<'a, T, E> {
 /// A trigger a replay took out of the queue and has not settled (its call
 /// runs with no lock held): kept at the head if the replay unwinds or is
 /// dropped while it holds it.
-struct Held<'a, T> {
-    inner: &'a Inner<T>,
+struct Held<'a, T, H: Host<T> + ?Sized = Inner<T>> {
+    inner: &'a H,
     item: Option<Pending<T>>,
 }
 
-impl<T> Drop for Held<'_, T> {
+impl<T, H: Host<T> + ?Sized> Drop for Held<'_, T, H> {
     fn drop(&mut self) {
         if let Some(p) = self.item.take() {
             self.inner.keep_at_head(p);

@@ -19,6 +19,7 @@ mod no_runtime;
 mod outcomes;
 mod overrides;
 mod panics;
+mod per_core;
 mod replay;
 mod shutdown;
 mod timeouts;
