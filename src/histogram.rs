@@ -300,6 +300,7 @@ mod tests {
     /// of latencies at or below it, for latencies at, around and between
     /// the edges, and thresholds on and off them.
     #[test]
+    #[cfg_attr(miri, ignore = "26,000 latencies against every edge: plain integer arithmetic, nothing for Miri to find")]
     fn counts_at_every_edge_are_exact() {
         let mut latencies: Vec<u64> = Vec::new();
         for e in edges_ns().chain([50_000_000, 1_000_000_000, 3_000_000]) {
@@ -346,6 +347,7 @@ mod tests {
     /// The estimated sum is within the sketch's relative error of the true
     /// sum; a sum past `u64` seconds saturates instead of wrapping.
     #[test]
+    #[cfg_attr(miri, ignore = "plain arithmetic over 2,000 latencies: nothing for Miri to find")]
     fn the_sum_is_within_the_sketch_error() {
         let latencies: Vec<u64> = (1..2000u64).map(|i| i * i * 977).collect();
         let h = fed(&latencies, 100_000_000);
