@@ -300,7 +300,10 @@ mod tests {
     /// of latencies at or below it, for latencies at, around and between
     /// the edges, and thresholds on and off them.
     #[test]
-    #[cfg_attr(miri, ignore = "26,000 latencies against every edge: plain integer arithmetic, nothing for Miri to find")]
+    #[cfg_attr(
+        miri,
+        ignore = "26,000 latencies against every edge: plain integer arithmetic, nothing for Miri to find"
+    )]
     fn counts_at_every_edge_are_exact() {
         let mut latencies: Vec<u64> = Vec::new();
         for e in edges_ns().chain([50_000_000, 1_000_000_000, 3_000_000]) {
