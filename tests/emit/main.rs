@@ -14,6 +14,7 @@ mod async_io;
 mod cancellation;
 #[cfg(feature = "tokio")]
 mod consumers;
+mod hostile_runtimes;
 #[cfg(feature = "tokio")]
 mod no_runtime;
 mod outcomes;

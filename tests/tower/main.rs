@@ -11,6 +11,7 @@ mod support;
 #[cfg(feature = "async-io")]
 mod async_io;
 mod fail_fast;
+mod hostile_runtimes;
 mod hyper_client;
 mod judging;
 mod no_runtime;

@@ -1,0 +1,1295 @@
+//! A hostile review of issue 20 ("runtimes"): the [`Timer`] the async
+//! emitter and replay take (timers that panic, sleeps that panic when
+//! polled or dropped, sleeps ready at once or never, a timer that has none
+//! to give only now and then, budgets at the extremes, futures dropped at
+//! every await point), the per-core [`LocalEmitter`] (re-entrancy, panics
+//! in calls and sinks, the breaker moved under a call, the clock stepped a
+//! year either way, conservation by trigger id, a reader on another thread)
+//! and [`Breaker::next_due`]. Every test names the promise it attacks; the
+//! accounting identities of src/emit/mod.rs are checked after each.
+//!
+//! Tests that fail are findings, kept failing on purpose (see the commit).
+
+use crate::support::emit::*;
+use crate::support::*;
+use futures_lite::future::block_on;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::{pending, Future};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tailguard::clock::ManualClock;
+use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::emit::{Divert, Emitted, Emitter, HandBack, LocalEmitter, ReplayStop};
+use tailguard::timer::{Never, Timer};
+use tailguard::{Breaker, Bulkhead, State};
+
+// ---------------------------------------------------------------------------
+// Deterministic futures and hostile timers.
+// ---------------------------------------------------------------------------
+
+/// A call future that is pending on its first poll (waking itself at once)
+/// and ready with `value` on the second: a call that needs a timer, and
+/// completes before it fires.
+struct PendingOnce<V> {
+    value: Option<V>,
+    polled: bool,
+}
+
+fn pending_once<V>(value: V) -> PendingOnce<V> {
+    PendingOnce {
+        value: Some(value),
+        polled: false,
+    }
+}
+
+impl<V: Unpin> Future for PendingOnce<V> {
+    type Output = V;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<V> {
+        if !self.polled {
+            self.polled = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(self.value.take().expect("polled after completion"))
+    }
+}
+
+/// A call future that never completes and panics when it is dropped.
+struct HangThenPanicOnDrop;
+
+impl Future for HangThenPanicOnDrop {
+    type Output = Result<(), ()>;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Pending
+    }
+}
+
+impl Drop for HangThenPanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a call future panicking in its destructor (expected by this test)");
+        }
+    }
+}
+
+/// What a hostile timer's sleep does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SleepKind {
+    /// Ready at once (a zero deadline).
+    Ready,
+    /// Never ready.
+    Forever,
+    /// Panics when polled.
+    PanicOnPoll,
+    /// Never ready, and panics when dropped.
+    PanicOnDrop,
+}
+
+struct HostileSleep(SleepKind);
+
+impl Future for HostileSleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        match self.0 {
+            SleepKind::Ready => Poll::Ready(()),
+            SleepKind::Forever | SleepKind::PanicOnDrop => Poll::Pending,
+            SleepKind::PanicOnPoll => panic!("a timer's sleep panicking when polled (expected by this test)"),
+        }
+    }
+}
+
+impl Drop for HostileSleep {
+    fn drop(&mut self) {
+        if self.0 == SleepKind::PanicOnDrop && !std::thread::panicking() {
+            panic!("a timer's sleep panicking when dropped (expected by this test)");
+        }
+    }
+}
+
+/// A timer whose every sleep is of one kind.
+#[derive(Clone, Copy, Debug)]
+struct Hostile(SleepKind);
+
+impl Timer for Hostile {
+    type Sleep = HostileSleep;
+    fn sleep(&self, _after: Duration) -> Option<HostileSleep> {
+        Some(HostileSleep(self.0))
+    }
+}
+
+/// A timer whose `sleep` itself panics.
+#[derive(Clone, Copy, Debug)]
+struct PanickingTimer;
+
+impl Timer for PanickingTimer {
+    type Sleep = HostileSleep;
+    fn sleep(&self, _after: Duration) -> Option<HostileSleep> {
+        panic!("a timer panicking as it arms (expected by this test)")
+    }
+}
+
+/// A timer that has none to give on the arms listed in `none_on` (counted
+/// from 1), and a sleep ready at once otherwise; it records every `after`.
+#[derive(Default)]
+struct Flaky {
+    none_on: Vec<usize>,
+    armed: Cell<usize>,
+    afters: RefCell<Vec<Duration>>,
+}
+
+impl Timer for Flaky {
+    type Sleep = HostileSleep;
+    fn sleep(&self, after: Duration) -> Option<HostileSleep> {
+        let n = self.armed.get() + 1;
+        self.armed.set(n);
+        self.afters.borrow_mut().push(after);
+        (!self.none_on.contains(&n)).then_some(HostileSleep(SleepKind::Ready))
+    }
+}
+
+/// Runs `f`, which must panic; swallows the panic (the hook still prints).
+fn must_panic<R>(f: impl FnOnce() -> R) {
+    assert!(catch_unwind(AssertUnwindSafe(f)).is_err(), "expected a panic");
+}
+
+/// A breaker on `clock` whose backoff is over: its next call is the one probe.
+fn half_open(clock: &ManualClock) -> Breaker {
+    let b = breaker(clock);
+    b.trip_now();
+    clock.advance(60 * SEC);
+    b
+}
+
+fn one_slot_emitter(b: &Breaker) -> (Bulkhead, Emitter<u64>) {
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let e = bulkhead_emitter(b, &bulkhead);
+    (bulkhead, e)
+}
+
+/// The probe slot and the bulkhead slot are both free.
+fn assert_slots_free(b: &Breaker, bulkhead: &Bulkhead) {
+    assert_eq!(
+        (bulkhead.in_flight(), b.snapshot().probes_in_flight),
+        (0, 0),
+        "bulkhead and probe slots given back"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The shared emitter's async emit and replay over hostile timers.
+// ---------------------------------------------------------------------------
+
+/// src/emit/future.rs (`emit`): "Dropping the returned future ... gives the
+/// bulkhead slot and the breaker permit back (a probe's slot included) and
+/// drops the trigger, counted in cancelled". A timer whose `sleep` panics
+/// (a contract breach: "Must not panic for a missing runtime") unwinds out
+/// of the emit's poll and the caller drops the emit: its probe and bulkhead
+/// slots must come back and the identities hold.
+#[test]
+fn a_timer_that_panics_as_it_arms_gives_back_both_slots_and_keeps_the_identities() {
+    let clock = ManualClock::new();
+    let b = half_open(&clock);
+    let (bulkhead, e) = one_slot_emitter(&b);
+    must_panic(|| block_on(e.emit_with(PanickingTimer, 1, Priority::Routine, |_| pending::<Result<(), ()>>())));
+    assert_slots_free(&b, &bulkhead);
+    assert_eq!(b.state(), State::HalfOpen, "no verdict on the consumer");
+    let s = e.stats();
+    assert_eq!(s.cancelled, 1, "{s:?}");
+    assert_conserved(&s, 1);
+    // Nothing stuck: the next probe closes the breaker.
+    assert!(block_on(e.emit_with(Never, 2, Priority::Routine, |_| async { Ok::<_, ()>(()) })).is_delivered());
+    assert_eq!(b.state(), State::Closed);
+    assert_conserved(&e.stats(), 2);
+}
+
+/// As above, for a sleep that panics when polled: both slots back, the
+/// emit counted cancelled, the identities kept; and the replay's trigger
+/// kept at the head with no attempt used, its turn given back (src/emit/
+/// replay.rs: "a replay dropped mid-call keeps its trigger there with no
+/// attempt used").
+#[test]
+fn a_sleep_that_panics_when_polled_gives_back_both_slots_and_loses_no_queued_trigger() {
+    let clock = ManualClock::new();
+    let b = half_open(&clock);
+    let (bulkhead, e) = one_slot_emitter(&b);
+    must_panic(|| {
+        block_on(e.emit_with(Hostile(SleepKind::PanicOnPoll), 1, Priority::Routine, |_| {
+            pending::<Result<(), ()>>()
+        }))
+    });
+    assert_slots_free(&b, &bulkhead);
+    assert_conserved(&e.stats(), 1);
+
+    b.reset();
+    let _ = e.enqueue(10, Priority::Routine);
+    let _ = e.enqueue(11, Priority::Routine);
+    must_panic(|| block_on(e.replay_with(Hostile(SleepKind::PanicOnPoll), 10, |_| pending::<Result<(), ()>>())));
+    assert_eq!(bulkhead.in_flight(), 0);
+    let s = e.stats();
+    assert!(s.pending, "the trigger in flight is kept at the head: {s:?}");
+    assert_conserved(&s, 1);
+    // Not Busy, and the kept one first.
+    let mut seen = Vec::new();
+    let r = block_on(e.replay_with(Never, 10, |t| {
+        seen.push(*t);
+        async { Ok::<_, ()>(()) }
+    }));
+    assert_eq!((r.delivered, seen), (2, vec![10, 11]));
+    assert_conserved(&e.stats(), 1);
+}
+
+/// src/emit/mod.rs: "nothing is dropped silently", and the counters'
+/// docs: `delivered` is "Emits that delivered their trigger"; `cancelled`
+/// is "async emits whose future was dropped, and calls that panicked when
+/// the queue could not take their trigger". A call that completes `Ok`
+/// (the consumer has the trigger) under a timer whose sleep panics when it
+/// is dropped: the emit is neither dropped by its caller nor a panicking
+/// call, so it must count delivered, and the breaker must get its verdict.
+#[test]
+fn a_sleep_panicking_in_its_drop_after_a_delivered_call_still_counts_it_delivered() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u64>(&b, 8);
+    must_panic(|| {
+        block_on(e.emit_with(Hostile(SleepKind::PanicOnDrop), 1, Priority::Routine, |_| {
+            pending_once(Ok::<_, ()>(()))
+        }))
+    });
+    let s = e.stats();
+    assert_conserved(&s, 1);
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    assert_eq!(
+        (s.delivered, s.cancelled, w.calls, w.cancelled),
+        (1, 0, 1, 0),
+        "the consumer has the trigger: delivered, and judged by the breaker (delivered, cancelled, calls, cancelled calls)"
+    );
+}
+
+/// src/emit/call.rs (`settle`): a call that succeeded is delivered, not
+/// queued: "the consumer has it: queueing it would deliver it twice". A
+/// replay whose call completes `Ok` under a timer whose sleep panics when
+/// dropped: the trigger was delivered once, and must not be kept at the
+/// head to be delivered again by the next replay.
+#[test]
+fn a_sleep_panicking_in_its_drop_after_a_delivered_replay_call_does_not_deliver_it_twice() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u64>(&b, 8);
+    let _ = e.enqueue(7, Priority::Routine);
+    let deliveries = Cell::new(0);
+    must_panic(|| {
+        block_on(e.replay_with(Hostile(SleepKind::PanicOnDrop), 10, |_| {
+            deliveries.set(deliveries.get() + 1);
+            pending_once(Ok::<_, ()>(()))
+        }))
+    });
+    let r = block_on(e.replay_with(Never, 10, |_| {
+        deliveries.set(deliveries.get() + 1);
+        async { Ok::<_, ()>(()) }
+    }));
+    let s = e.stats();
+    assert_conserved(&s, 0);
+    assert_eq!(
+        (deliveries.get(), r.delivered, s.replayed),
+        (1, 0, 1),
+        "trigger 7 reached the consumer once and is counted replayed (deliveries, delivered, replayed)"
+    );
+}
+
+/// src/emit/mod.rs (`Divert::TimedOut`): "The call ran past the timeout".
+/// A sleep ready at once (a zero deadline) cuts a pending call at its
+/// first poll: diverted as timed out, counted failed and slow by the
+/// breaker, both slots given back; in replay it uses one attempt (3 by
+/// default, then handed back).
+#[test]
+fn a_sleep_ready_at_once_cuts_the_call_as_timed_out_and_uses_one_replay_attempt() {
+    let clock = ManualClock::new();
+    let b = half_open(&clock);
+    let (bulkhead, e) = one_slot_emitter(&b);
+    let out = block_on(e.emit_with(Hostile(SleepKind::Ready), 1, Priority::Routine, |_| {
+        pending::<Result<(), ()>>()
+    }));
+    assert!(
+        matches!(
+            out,
+            Emitted::Diverted {
+                reason: Divert::TimedOut(_),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_slots_free(&b, &bulkhead);
+    assert_eq!(b.state(), State::Open, "a timed-out probe re-opens");
+    assert_conserved(&e.stats(), 1);
+
+    b.reset();
+    for attempt in 1..=3 {
+        let r = block_on(e.replay_with(Hostile(SleepKind::Ready), 10, |_| pending::<Result<(), ()>>()));
+        assert!(
+            matches!(r.stopped, Some(ReplayStop::Failed(Divert::TimedOut(_)))),
+            "{r:?}"
+        );
+        assert_eq!(r.handed_back.is_some(), attempt == 3, "attempt {attempt}: {r:?}");
+        b.reset();
+    }
+    let s = e.stats();
+    assert_eq!((s.replay_handed_back, s.queued, s.pending), (1, 0, false));
+    assert_conserved(&s, 1);
+}
+
+/// src/emit/future.rs (`replay_with`): "Where `timer` has none to give,
+/// the call in flight is cut at once, its permit cancelled, its trigger
+/// kept at the head with no attempt used". A timer that has none only on
+/// its second arm, inside one replay (the first trigger is delivered, the
+/// second cut), and across replays (a timeout, a NoTimer, a timeout: with
+/// `replay_attempts(2)` handed back at the third replay, not the second).
+#[test]
+fn a_timer_with_none_only_on_its_second_arm_uses_no_attempt_for_that_one() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .timeout(200 * MS)
+        .unwrap()
+        .replay_attempts(2)
+        .unwrap()
+        .build()
+        .unwrap();
+    let _ = e.enqueue(1, Priority::Routine);
+    let _ = e.enqueue(2, Priority::Routine);
+    // Arm 1: ready at once (a timeout), arm 2: none, arm 3: ready at once.
+    let timer = Flaky {
+        none_on: vec![2],
+        ..Flaky::default()
+    };
+    let r = block_on(e.replay_with(&timer, 10, |t| {
+        let t = *t;
+        async move {
+            if t == 1 {
+                pending_once(Ok::<_, ()>(())).await
+            } else {
+                pending::<Result<(), ()>>().await
+            }
+        }
+    }));
+    // Trigger 1 completes on its second poll only: the sleep, ready at
+    // once, wins; a timeout, one attempt, and the replay stops.
+    assert_eq!(timer.armed.get(), 1, "a timeout stops the replay: {r:?}");
+    assert!(
+        matches!(r.stopped, Some(ReplayStop::Failed(Divert::TimedOut(_)))),
+        "{r:?}"
+    );
+    // Replay 2: the timer has none: NoTimer, no attempt used.
+    let r = block_on(e.replay_with(&timer, 10, |_| pending::<Result<(), ()>>()));
+    assert_eq!(r.stopped, Some(ReplayStop::Failed(Divert::NoTimer)));
+    assert!(r.handed_back.is_none(), "a NoTimer uses no attempt: {r:?}");
+    // Replay 3: timed out again: the second attempt, handed back.
+    let r = block_on(e.replay_with(&timer, 10, |_| pending::<Result<(), ()>>()));
+    assert_eq!(r.handed_back, Some((1, Priority::Routine)), "{r:?}");
+    // Trigger 2 is next, its attempts untouched.
+    let r = block_on(e.replay_with(&timer, 10, |_| async { Ok::<_, ()>(()) }));
+    assert_eq!(r.delivered, 1);
+    let s = e.stats();
+    assert_eq!(
+        (s.replayed, s.replay_handed_back, s.pending, s.queued),
+        (1, 1, false, 0)
+    );
+    assert_conserved(&s, 0);
+    // Budgets handed to the timer: the whole 200 ms each time (manual clock).
+    assert!(
+        timer.afters.borrow().iter().all(|a| *a == 200 * MS),
+        "{:?}",
+        timer.afters
+    );
+}
+
+/// src/timer.rs (`Timer::sleep`): "a duration too long for the runtime to
+/// represent: one that never completes". A budget of `Duration::MAX` on
+/// the manual clock is handed to the timer as it is, and a timer with none
+/// to give still cuts the call at once (NoTimer), slots back.
+#[test]
+fn a_budget_of_duration_max_reaches_the_timer_whole_and_no_timer_still_cuts() {
+    let clock = ManualClock::new();
+    let b = half_open(&clock);
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .shared_bulkhead(bulkhead.clone())
+        .timeout(Duration::MAX)
+        .unwrap()
+        .build()
+        .unwrap();
+    let timer = Flaky {
+        none_on: vec![1],
+        ..Flaky::default()
+    };
+    let out = block_on(e.emit_with(&timer, 1, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    assert_eq!(
+        out,
+        Emitted::Diverted {
+            reason: Divert::NoTimer,
+            displaced: None
+        }
+    );
+    assert_eq!(*timer.afters.borrow(), vec![Duration::MAX]);
+    assert_slots_free(&b, &bulkhead);
+    // A call that completes a year later is in time under that budget.
+    let out = block_on(e.emit_with(Hostile(SleepKind::Forever), 2, Priority::Routine, |_| {
+        clock.advance(365 * DAY);
+        pending_once(Ok::<_, ()>(()))
+    }));
+    assert!(out.is_delivered(), "{out:?}");
+    assert_eq!(e.stats().overran, 0);
+    assert_conserved(&e.stats(), 2);
+}
+
+/// src/emit/future.rs (`emit_with`): "Where `timer` has none to give
+/// ([`Timer::sleep`] returns `None`: no runtime there), the call is cut at
+/// once ... Nothing panics and nothing hangs." and (`emit`): "Outside a
+/// tokio runtime ... a call that is not ready on its first poll is cut at
+/// once and its trigger diverted with `Divert::NoTimer`". On a breaker
+/// running on tokio's clock with a budget too long for a tokio instant
+/// (`Duration::MAX`), outside any runtime: the first poll must answer.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_huge_budget_on_tokios_clock_with_no_timer_is_cut_at_once_not_left_hanging() {
+    let b = tokio_breaker();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .timeout(Duration::MAX)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut with_never = Box::pin(e.emit_with(Never, 1, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    let first = with_never.as_mut().poll(&mut cx);
+    let mut with_tokio = Box::pin(e.emit(2, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    let second = with_tokio.as_mut().poll(&mut cx);
+    assert!(
+        matches!(
+            (&first, &second),
+            (
+                Poll::Ready(Emitted::Diverted {
+                    reason: Divert::NoTimer,
+                    ..
+                }),
+                Poll::Ready(Emitted::Diverted {
+                    reason: Divert::NoTimer,
+                    ..
+                })
+            )
+        ),
+        "no timer to be had, so both are cut at once; got {first:?} and {second:?}"
+    );
+}
+
+/// As above, for `replay_with`: "Where `timer` has none to give, the call
+/// in flight is cut at once ... and the replay stops with
+/// `ReplayStop::Failed(Divert::NoTimer)`".
+#[cfg(feature = "tokio")]
+#[test]
+fn a_huge_budget_on_tokios_clock_with_no_timer_does_not_leave_a_replay_hanging() {
+    let b = tokio_breaker();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .timeout(Duration::MAX)
+        .unwrap()
+        .build()
+        .unwrap();
+    let _ = e.enqueue(1, Priority::Routine);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut replay = Box::pin(e.replay_with(Never, 10, |_| pending::<Result<(), ()>>()));
+    let polled = replay.as_mut().poll(&mut cx);
+    assert!(
+        matches!(
+            &polled,
+            Poll::Ready(r) if r.stopped == Some(ReplayStop::Failed(Divert::NoTimer))
+        ),
+        "no timer to be had: the replay stops at once; got {polled:?}"
+    );
+}
+
+/// src/emit/future.rs (`emit`): dropping the emit's future "gives the
+/// bulkhead slot and the breaker permit back (a probe's slot included)",
+/// counted cancelled; here at its one await point (the call pending, its
+/// sleep armed), on a runtime-less executor, and with a call future that
+/// panics in its destructor as the emit is dropped: the panic goes on,
+/// and the slots still come back.
+#[test]
+fn an_emit_dropped_at_its_await_gives_back_both_slots_even_if_its_call_panics_in_drop() {
+    let clock = ManualClock::new();
+    let b = half_open(&clock);
+    let (bulkhead, e) = one_slot_emitter(&b);
+    let mut cx = Context::from_waker(Waker::noop());
+    {
+        let mut f = Box::pin(e.emit_with(Hostile(SleepKind::Forever), 1, Priority::Routine, |_| {
+            pending::<Result<(), ()>>()
+        }));
+        assert!(f.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            (bulkhead.in_flight(), b.snapshot().probes_in_flight),
+            (1, 1),
+            "in flight"
+        );
+    }
+    assert_slots_free(&b, &bulkhead);
+    let mut f = Box::pin(e.emit_with(Hostile(SleepKind::Forever), 2, Priority::Routine, |_| {
+        HangThenPanicOnDrop
+    }));
+    assert!(f.as_mut().poll(&mut cx).is_pending());
+    must_panic(move || drop(f));
+    assert_slots_free(&b, &bulkhead);
+    assert_eq!(b.state(), State::HalfOpen, "cancelled: no verdict");
+    let s = e.stats();
+    assert_eq!(s.cancelled, 2, "{s:?}");
+    assert_conserved(&s, 2);
+}
+
+/// src/emit/future.rs (`Timed`): "The call's future is dropped as soon as
+/// it is done (completed, timed out, panicked, or cut for want of a timer),
+/// inside the same catch as its polls"; and "If `call` or its future
+/// panics, the trigger is queued first (as failed) and the panic resumes".
+/// A call future that panics in its destructor after a timeout, and after
+/// a NoTimer cut: queued as failed (a failure for the breaker, not a
+/// cancel), the panic goes on; in replay, one attempt used, kept at the
+/// head.
+#[test]
+fn a_call_future_panicking_in_drop_after_a_timeout_or_a_no_timer_cut_is_a_failed_call() {
+    for kind in ["timed out", "no timer"] {
+        let clock = ManualClock::new();
+        let b = half_open(&clock);
+        let (bulkhead, e) = one_slot_emitter(&b);
+        let timer = Flaky {
+            none_on: if kind == "no timer" { vec![1, 2] } else { vec![] },
+            ..Flaky::default()
+        };
+        must_panic(|| block_on(e.emit_with(&timer, 1, Priority::Routine, |_| HangThenPanicOnDrop)));
+        assert_slots_free(&b, &bulkhead);
+        assert_eq!(b.state(), State::Open, "{kind}: a failed probe re-opens");
+        let s = e.stats();
+        assert_eq!((s.diverted_failed, s.queued), (1, 1), "{kind}: {s:?}");
+        assert_conserved(&s, 1);
+
+        b.reset();
+        must_panic(|| block_on(e.replay_with(&timer, 10, |_| HangThenPanicOnDrop)));
+        let s = e.stats();
+        assert!(s.pending, "{kind}: kept at the head: {s:?}");
+        assert_eq!(bulkhead.in_flight(), 0);
+        assert_conserved(&s, 1);
+        // Two more failed calls hand it back (three attempts, default).
+        b.reset();
+        let r = block_on(e.replay_with(Never, 10, |_| async { Err::<(), _>(()) }));
+        assert!(r.handed_back.is_none(), "{kind}: {r:?}");
+        let r = block_on(e.replay_with(Never, 10, |_| async { Err::<(), _>(()) }));
+        assert_eq!(
+            r.handed_back,
+            Some((1, Priority::Routine)),
+            "{kind}: the panic used an attempt"
+        );
+        assert_conserved(&e.stats(), 1);
+    }
+}
+
+/// src/emit/future.rs (`replay`): "Dropping the returned future mid-call
+/// puts the trigger in flight back at the head of the queue (no attempt
+/// used)": and gives the probe and bulkhead slots and the replay turn back
+/// (the next replay is not `Busy`), on a runtime-less executor.
+#[test]
+fn a_replay_dropped_at_its_await_keeps_the_trigger_first_and_frees_its_turn_and_slots() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let e: Emitter<u64> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .shared_bulkhead(bulkhead.clone())
+        .replay_attempts(2)
+        .unwrap()
+        .build()
+        .unwrap();
+    let _ = e.enqueue(1, Priority::Routine);
+    let _ = e.enqueue(2, Priority::Critical);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..3 {
+        let mut f = Box::pin(e.replay_with(Hostile(SleepKind::Forever), 10, |_| pending::<Result<(), ()>>()));
+        assert!(f.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(bulkhead.in_flight(), 1);
+        drop(f);
+        assert_eq!(bulkhead.in_flight(), 0);
+        let s = e.stats();
+        assert!(s.pending, "{s:?}");
+        assert_conserved(&s, 0);
+    }
+    // replay_attempts(2): had the drops used attempts, this one failing
+    // call would hand trigger 2 back.
+    let r = block_on(e.replay_with(Never, 10, |t| {
+        assert_eq!(*t, 2, "the kept trigger first");
+        async { Err::<(), _>(()) }
+    }));
+    assert!(r.handed_back.is_none(), "the drops used no attempt: {r:?}");
+    let mut seen = Vec::new();
+    let r = block_on(e.replay_with(Never, 10, |t| {
+        seen.push(*t);
+        async { Ok::<_, ()>(()) }
+    }));
+    assert_eq!((r.delivered, r.stopped, seen), (2, Some(ReplayStop::Empty), vec![2, 1]));
+    assert_conserved(&e.stats(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// The per-core emitter.
+// ---------------------------------------------------------------------------
+
+fn core_breaker(clock: &ManualClock) -> Breaker {
+    Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .half_open_probes(1)
+        .success_to_close(1)
+        .local_handles(1)
+        .build()
+        .unwrap()
+}
+
+fn local<T>(b: &Breaker, capacity: usize) -> LocalEmitter<T> {
+    LocalEmitter::builder(b.clone(), DeadLetterQueue::with_capacity(capacity).unwrap())
+        .bulkhead(2)
+        .unwrap()
+        .timeout(200 * MS)
+        .unwrap()
+        .replay_attempts(2)
+        .unwrap()
+        .build_local()
+        .unwrap()
+}
+
+/// Records that trigger `id` ended, `how`; it must end once.
+fn end_once(ended: &mut HashMap<u64, &'static str>, id: u64, how: &'static str) {
+    if let Some(before) = ended.insert(id, how) {
+        panic!("trigger {id} ended twice ({before}, then {how})");
+    }
+}
+
+/// src/emit/local.rs (`shutdown`): "From then on a trigger not delivered is
+/// handed back (`HandBack::ShutDown`), and a replay running (this was
+/// called from its call) hands back the trigger it holds instead of
+/// keeping it". Re-entrancy from every side: a shutdown from inside an
+/// emit's call, emits and drains from inside a shutdown's sink, a replay
+/// from inside a drain's sink; every trigger ends once, the identities hold.
+#[test]
+fn a_local_emitter_called_back_from_its_own_calls_and_sinks_loses_nothing() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 16);
+    let mut ended: HashMap<u64, &'static str> = HashMap::new();
+    let end = end_once;
+    b.trip_now();
+    for id in 0..4 {
+        let _ = e.emit_blocking(id, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    }
+    b.reset();
+    // A replay from inside a drain's sink: the drain took 0, the replay
+    // delivers 1..3 then the drain goes on with an empty queue.
+    let replayed = RefCell::new(Vec::new());
+    let drained = e.drain(2, |t, _| {
+        end(&mut ended, t, "drained");
+        let r = e.replay_blocking(10, |t, _| {
+            replayed.borrow_mut().push(*t);
+            Ok::<_, ()>(())
+        });
+        assert_eq!(r.stopped, Some(ReplayStop::Empty));
+    });
+    assert_eq!(drained, 1);
+    for t in replayed.take() {
+        end(&mut ended, t, "replayed");
+    }
+    // An emit whose call shuts the emitter down and then fails: handed back.
+    let _ = e.enqueue(10, Priority::Critical);
+    let out = e.emit_blocking(11, Priority::Routine, |_, _| {
+        let n = e.shutdown(|t, _| {
+            end(&mut ended, t, "shutdown sink");
+            // An emit from inside the sink: handed back, shut down.
+            let inner = e.emit_blocking(12, Priority::Routine, |_, _| Err::<(), _>("down"));
+            assert!(matches!(
+                inner,
+                Emitted::HandedBack {
+                    trigger: 12,
+                    not_queued: HandBack::ShutDown,
+                    ..
+                }
+            ));
+            // A drain from inside the sink: nothing left.
+            assert_eq!(e.drain(10, |_, _| unreachable!("drained twice")), 0);
+        });
+        assert_eq!(n, 1);
+        Err::<(), _>("failed after the shutdown")
+    });
+    assert!(
+        matches!(
+            out,
+            Emitted::HandedBack {
+                trigger: 11,
+                not_queued: HandBack::ShutDown,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    end(&mut ended, 11, "handed back");
+    end(&mut ended, 12, "handed back");
+    let mut ids: Vec<_> = ended.keys().copied().collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![0, 1, 2, 3, 10, 11, 12]);
+    let s = e.stats();
+    assert_eq!(s.bulkhead_in_flight, 0);
+    assert_conserved(&s, 6); // 0..4, 11, 12 emitted; 10 by hand
+}
+
+/// src/emit/local.rs (`emit_blocking`): "a call that panics has its
+/// trigger queued (as failed) before the panic goes on"; and `drain`
+/// hands triggers to a sink "the one kept at the head first": a panicking
+/// sink loses only the trigger it was handed (counted drained), the rest
+/// stay queued, and a shutdown whose sink panics has still shut down and
+/// leaves the rest for the next drain.
+#[test]
+fn a_local_sink_that_panics_loses_only_its_own_trigger_and_keeps_the_identities() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 16);
+    for id in 0..5 {
+        let _ = e.enqueue(id, Priority::Routine);
+    }
+    must_panic(|| e.drain(10, |t, _| assert_ne!(t, 1, "a sink bug (expected by this test)")));
+    let s = e.stats();
+    assert_eq!((s.drained, s.queued), (2, 3), "{s:?}");
+    assert_conserved(&s, 0);
+    must_panic(|| e.shutdown(|t, _| assert_ne!(t, 2, "a sink bug (expected by this test)")));
+    assert!(e.is_shut_down());
+    let mut rest = Vec::new();
+    assert_eq!(e.drain(10, |t, _| rest.push(t)), 2);
+    assert_eq!(rest, vec![3, 4]);
+    // A panicking call after that: the queue is shut, the trigger dropped
+    // and counted cancelled and dropped_in_panics.
+    must_panic(|| {
+        e.emit_blocking(9, Priority::Routine, |_, _| -> Result<(), ()> {
+            panic!("call bug (expected)")
+        })
+    });
+    let s = e.stats();
+    assert_eq!((s.cancelled, s.dropped_in_panics, s.bulkhead_in_flight), (1, 1, 0));
+    assert_conserved(&s, 1);
+}
+
+/// src/emit/local.rs (`build_local`): "A `ConfigError` for
+/// `"local_handles"` when every local shard of the breaker is taken";
+/// the shard is the emitter's for its life: while it lives no other
+/// emitter gets one, and the breaker's plain handles keep working beside it.
+#[test]
+fn exhausted_local_handles_are_a_typed_error_and_the_breaker_still_works() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .local_handles(2)
+        .build()
+        .unwrap();
+    let a = local::<u64>(&b, 8);
+    let c = local::<u64>(&b, 8);
+    for _ in 0..3 {
+        let err = LocalEmitter::<u64>::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+            .build_local()
+            .unwrap_err();
+        assert_eq!(err.field(), "local_handles");
+    }
+    assert!(a
+        .emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()))
+        .is_delivered());
+    assert!(c
+        .emit_blocking(2, Priority::Routine, |_, _| Ok::<_, ()>(()))
+        .is_delivered());
+    b.allow().unwrap().record(true);
+    clock.advance(2 * SEC);
+    b.tick();
+    assert_eq!(
+        b.snapshot().window.calls,
+        3,
+        "both cores' calls and the shared one counted"
+    );
+    assert_conserved(&a.stats(), 1);
+    assert_conserved(&c.stats(), 1);
+}
+
+/// src/emit/local.rs: "Its outcomes ..., its counters and their identities
+/// are the shared emitter's". The breaker tripped, reset, forced open and
+/// forced closed from inside a call: the call's verdict lands (or is
+/// dropped as stale) without panicking, the bulkhead slot comes back, the
+/// replay obeys the mode it finds, and the identities hold after each.
+#[test]
+fn the_breaker_moved_under_a_local_call_keeps_the_local_accounting() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 16);
+    let mut emitted = 0;
+    type Move = (&'static str, fn(&Breaker));
+    let moves: [Move; 5] = [
+        ("trip", |b| b.trip_now()),
+        ("reset", |b| b.reset()),
+        ("force open", |b| b.force_open()),
+        ("force closed", |b| b.force_closed()),
+        ("trip and reset", |b| {
+            b.trip_now();
+            b.reset();
+        }),
+    ];
+    for (name, mv) in moves {
+        for ok in [true, false] {
+            b.reset();
+            emitted += 1;
+            let out = e.emit_blocking(emitted, Priority::Routine, |_, _| {
+                mv(&b);
+                if ok {
+                    Ok(())
+                } else {
+                    Err(name)
+                }
+            });
+            assert_eq!(out.is_delivered(), ok, "{name}: {out:?}");
+            let s = e.stats();
+            assert_eq!(s.bulkhead_in_flight, 0, "{name}");
+            assert_conserved(&s, emitted);
+            // A replay from inside a call that moved the breaker.
+            let r = e.replay_blocking(10, |_, _| {
+                mv(&b);
+                Ok::<_, ()>(())
+            });
+            assert!(r.handed_back.is_none(), "{name}: {r:?}");
+            assert_conserved(&e.stats(), emitted);
+            clock.advance(SEC);
+            b.tick();
+        }
+    }
+    b.reset();
+    let r = e.replay_blocking(100, |_, _| Ok::<_, ()>(()));
+    assert_eq!(r.stopped, Some(ReplayStop::Empty), "{r:?}");
+    let s = e.stats();
+    assert_eq!(s.queued, 0);
+    assert_conserved(&s, emitted);
+}
+
+/// src/emit/local.rs (`emit_blocking`): "A call returning after its
+/// deadline counts as timed out (an `Ok` is still delivered, counted in
+/// `overran`)"; src/emit/mod.rs (`Deadline::remaining`): "zero once it has
+/// run out". The manual clock stepped forward a year inside a call (timed
+/// out, overran) and back a year inside one (never negative: in time), with
+/// a tick after each; the deadline stays within its budget.
+#[test]
+fn a_local_call_across_a_clock_step_of_a_year_either_way() {
+    let clock = ManualClock::new();
+    clock.advance(2 * 365 * DAY);
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 16);
+    let year = 365 * DAY;
+    let out = e.emit_blocking(1, Priority::Routine, |_, d| {
+        clock.advance(year);
+        assert_eq!(d.remaining(), Duration::ZERO);
+        assert!(d.expired());
+        Ok::<_, ()>(())
+    });
+    assert!(out.is_delivered());
+    assert_eq!(e.stats().overran, 1);
+    b.tick();
+    let out = e.emit_blocking(2, Priority::Routine, |_, d| {
+        clock.rewind(year);
+        assert!(d.remaining() <= 200 * MS, "{d:?}");
+        Err::<(), _>("failed, in no time")
+    });
+    assert!(
+        matches!(
+            out,
+            Emitted::Diverted {
+                reason: Divert::Failed(_),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    b.tick();
+    let out = e.emit_blocking(3, Priority::Routine, |_, _| {
+        clock.advance(2 * year);
+        Err::<(), _>("late")
+    });
+    assert!(
+        matches!(
+            out,
+            Emitted::Diverted {
+                reason: Divert::TimedOut(_),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    let r = e.replay_blocking(10, |_, _| {
+        clock.rewind(year);
+        Ok::<_, ()>(())
+    });
+    assert_eq!(r.delivered, 2, "{r:?}");
+    let s = e.stats();
+    assert_eq!((s.delivered, s.replayed, s.overran, s.bulkhead_in_flight), (1, 2, 1, 0));
+    assert_conserved(&s, 3);
+}
+
+/// A small deterministic generator (xorshift), for the random runs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// src/emit/local.rs: "the same outcomes, counters, identities and replay
+/// policy": conservation by trigger id under random operations, with
+/// re-entrant ones (an emit, an enqueue, a drain or a replay from inside a
+/// call; panicking calls and sinks), the breaker tripped and reset, the
+/// clock stepped either way; each trigger ends exactly once (delivered,
+/// handed back, displaced, drained, or dropped in a panic) and the
+/// identities hold after every step.
+#[test]
+fn every_local_trigger_ends_once_under_random_reentrant_operations() {
+    for seed in 1..=6u64 {
+        let clock = ManualClock::new();
+        clock.advance(DAY);
+        let b = core_breaker(&clock);
+        let e = local::<u64>(&b, 8);
+        let rng = RefCell::new(Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1));
+        let ended: RefCell<HashMap<u64, &'static str>> = RefCell::new(HashMap::new());
+        // Recorded, not panicked on: a panic here could be caught as a call's.
+        let twice: RefCell<Vec<(u64, &'static str, &'static str)>> = RefCell::new(Vec::new());
+        let end = |id: u64, how: &'static str| {
+            let before = ended.borrow_mut().insert(id, how);
+            if let Some(before) = before {
+                twice.borrow_mut().push((id, before, how));
+            }
+        };
+        let next_id = Cell::new(0u64);
+        let fresh = || {
+            let id = next_id.get();
+            next_id.set(id + 1);
+            id
+        };
+        let class = |n: u64| [Priority::Idle, Priority::Routine, Priority::Critical][n as usize % 3];
+        let emitted = Cell::new(0u64);
+        // Settles an emit's outcome into `ended`.
+        let settle = |id: u64, out: Emitted<u64, (), &'static str>| match out {
+            Emitted::Delivered(()) => end(id, "delivered"),
+            Emitted::Diverted { displaced, .. } => {
+                if let Some((old, _)) = displaced {
+                    end(old, "displaced");
+                }
+            }
+            Emitted::HandedBack { trigger, .. } => end(trigger, "handed back"),
+        };
+        let one_emit = |depth: u32| {
+            let id = fresh();
+            emitted.set(emitted.get() + 1);
+            let how = rng.borrow_mut().next(6);
+            let cls = class(rng.borrow_mut().next(3));
+            let out = catch_unwind(AssertUnwindSafe(|| {
+                e.emit_blocking(id, cls, |_, _| match how {
+                    0 => Err("failed"),
+                    1 => {
+                        clock.advance(300 * MS);
+                        Ok(())
+                    }
+                    2 if depth == 0 => {
+                        // Re-entrant: an enqueue and a drain from inside the call.
+                        let extra = fresh();
+                        match e.enqueue(extra, class(extra)) {
+                            Ok(tailguard::dlq::Pushed::Queued) => {}
+                            Ok(tailguard::dlq::Pushed::Displaced(old, _)) => end(old, "displaced"),
+                            Err((t, _)) => end(t, "handed back"),
+                        }
+                        e.drain(1, |t, _| end(t, "drained"));
+                        Ok(())
+                    }
+                    3 => panic!("call bug (expected by this test)"),
+                    _ => Ok(()),
+                })
+            }));
+            // Err: queued as failed, or dropped (counted) if the queue could not take it.
+            if let Ok(out) = out {
+                settle(id, out);
+            }
+        };
+        for step in 0..400 {
+            let op = rng.borrow_mut().next(10);
+            match op {
+                0..=4 => one_emit(0),
+                5 => b.trip_now(),
+                6 => b.reset(),
+                7 => {
+                    let fail_on = rng.borrow_mut().next(4);
+                    let r = catch_unwind(AssertUnwindSafe(|| {
+                        let mut n = 0;
+                        e.replay_blocking(3, |t, _| {
+                            n += 1;
+                            let result = match (n, fail_on) {
+                                (1, 0) => Err("failed again"),
+                                (1, 1) => panic!("replay call bug (expected by this test)"),
+                                (2, 2) => {
+                                    // An emit from inside a replay's call.
+                                    one_emit(1);
+                                    Ok(())
+                                }
+                                _ => Ok(()),
+                            };
+                            if result.is_ok() {
+                                end(*t, "replayed"); // an Ok is delivered, late or not
+                            }
+                            result
+                        })
+                    }));
+                    if let Ok(Some((t, _))) = r.map(|r| r.handed_back) {
+                        end(t, "replay handed back");
+                    }
+                }
+                8 => {
+                    if rng.borrow_mut().next(2) == 0 {
+                        clock.advance(365 * DAY);
+                    } else {
+                        clock.rewind(365 * DAY);
+                    }
+                    b.tick();
+                }
+                _ => {
+                    let _ = catch_unwind(AssertUnwindSafe(|| {
+                        e.drain(2, |t, _| {
+                            end(t, "drained");
+                            if t % 7 == 0 {
+                                panic!("sink bug (expected by this test)");
+                            }
+                        })
+                    }));
+                }
+            }
+            let s = e.stats();
+            assert_eq!(s.bulkhead_in_flight, 0, "seed {seed} step {step}");
+            assert_conserved(&s, emitted.get());
+        }
+        // A last replay, then a shutdown: whatever is left goes to the sink.
+        b.reset();
+        let r = e.replay_blocking(usize::MAX, |t, _| {
+            end(*t, "replayed");
+            Ok::<_, ()>(())
+        });
+        assert!(r.handed_back.is_none());
+        e.shutdown(|t, _| end(t, "shutdown"));
+        let s = e.stats();
+        assert_conserved(&s, emitted.get());
+        assert_eq!((s.queued, s.pending), (0, false));
+        assert!(
+            twice.borrow().is_empty(),
+            "seed {seed}: ended twice: {:?}",
+            twice.borrow()
+        );
+        // Every id ended exactly once, but those dropped in panics (counted).
+        let seen = ended.borrow().len() as u64;
+        assert_eq!(
+            next_id.get() - seen,
+            s.dropped_in_panics,
+            "seed {seed}: every trigger accounted for: {s:?}"
+        );
+    }
+}
+
+/// src/emit/local.rs (`LocalStatsReader`): "reads each with a `Relaxed`
+/// load and sees a value the core stored (never a torn one), each only
+/// ever going up"; src/emit/mod.rs (`stats`): "a reading never times more
+/// emits than it counts ended". A reader on another thread while the core
+/// emits, diverts, replays and drains.
+#[test]
+fn a_reader_on_another_thread_sees_counters_only_go_up() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 64);
+    let reader = e.stats_reader();
+    let done = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(0usize));
+    std::thread::scope(|s| {
+        let (done2, seen2) = (Arc::clone(&done), Arc::clone(&seen));
+        s.spawn(move || {
+            let mut last = reader.read();
+            let mut reads = 0;
+            while done2.load(Ordering::Acquire) == 0 || reads < 10 {
+                let now = reader.read();
+                for (a, b, what) in [
+                    (last.emitted(), now.emitted(), "emitted"),
+                    (last.delivered, now.delivered, "delivered"),
+                    (last.replayed, now.replayed, "replayed"),
+                    (last.drained, now.drained, "drained"),
+                    (last.emit_times.count(), now.emit_times.count(), "emit times"),
+                ] {
+                    assert!(a <= b, "{what} went down: {a} then {b}");
+                }
+                assert!(
+                    now.emit_times.count() <= now.emitted(),
+                    "more emits timed than ended: {now:?}"
+                );
+                last = now;
+                reads += 1;
+            }
+            *seen2.lock().unwrap() = reads;
+        });
+        for i in 0..20_000u64 {
+            match i % 50 {
+                0 => b.trip_now(),
+                10 => {
+                    b.reset();
+                    let _ = e.replay_blocking(8, |_, _| Ok::<_, ()>(()));
+                }
+                20 => {
+                    e.drain(4, |_, _| {});
+                }
+                _ => {}
+            }
+            let _ = e.emit_blocking(i, Priority::Routine, |_, _| if i % 3 == 0 { Err(()) } else { Ok(()) });
+        }
+        done.store(1, Ordering::Release);
+    });
+    assert!(*seen.lock().unwrap() >= 10);
+    assert_conserved(&e.stats(), 20_000);
+}
+
+// ---------------------------------------------------------------------------
+// Breaker::next_due.
+// ---------------------------------------------------------------------------
+
+/// src/breaker/mod.rs (`next_due`): "How long from now until `tick` next
+/// has work to do: the end of the window in progress ... Ticking earlier
+/// does nothing but the check". For windows of 1 ms, 1 s and 1 h, and
+/// after the clock jumped a year forward: a tick one nanosecond before
+/// `next_due` closes nothing, a tick at it closes the window, and the next
+/// `next_due` is at most one window.
+#[test]
+fn a_tick_at_next_due_closes_the_window_and_one_nanosecond_earlier_does_not() {
+    for window in [MS, SEC, HOUR] {
+        let clock = ManualClock::new();
+        clock.advance(3 * window + 7 * NS);
+        let b = builder(&clock).window(window).build().unwrap();
+        for round in 0..6 {
+            if round == 3 {
+                clock.advance(365 * DAY);
+                assert_eq!(b.next_due(), Duration::ZERO, "{window:?}: due after a jump");
+                b.tick();
+            }
+            let due = b.next_due();
+            // The first window lasts up to one and a half.
+            assert!(
+                due > Duration::ZERO && due <= window + window / 2,
+                "{window:?} round {round}: {due:?}"
+            );
+            let closed = b.snapshot().window.closed_at;
+            clock.advance(due - NS);
+            b.tick();
+            assert_eq!(b.snapshot().window.closed_at, closed, "{window:?}: closed early");
+            assert_eq!(b.next_due(), NS);
+            clock.advance(NS);
+            b.tick();
+            assert!(
+                b.snapshot().window.closed_at > closed,
+                "{window:?} round {round}: not closed at next_due"
+            );
+        }
+    }
+}
+
+/// `next_due` when OPEN: "or, when OPEN, the end of its backoff if that is
+/// sooner (then the next tick moves it to HALF_OPEN without waiting for a
+/// caller)"; after a reset, the window's end again.
+#[test]
+fn next_due_when_open_is_the_backoffs_end_and_after_a_reset_the_windows() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .window(HOUR)
+        .base_backoff(5 * SEC)
+        .jitter(tailguard::Jitter::None)
+        .build()
+        .unwrap();
+    b.trip_now();
+    let due = b.next_due();
+    assert_eq!(due, 5 * SEC);
+    clock.advance(due - NS);
+    b.tick();
+    assert_eq!(b.state(), State::Open);
+    clock.advance(NS);
+    b.tick();
+    assert_eq!(b.state(), State::HalfOpen);
+    b.reset();
+    let due = b.next_due();
+    assert!(due > 5 * SEC && due <= HOUR, "{due:?}");
+}
+
+/// src/breaker/mod.rs (`next_due`): "How long from now until `tick` next
+/// has work to do: the end of the window in progress". After the clock
+/// steps back a year (with no tick in between), a runtime that sleeps for
+/// `next_due` and ticks must see the window close: that is the promise a
+/// runtime arms its one timer on.
+#[test]
+fn a_tick_at_next_due_closes_the_window_after_the_clock_stepped_back() {
+    let clock = ManualClock::new();
+    clock.advance(2 * 365 * DAY);
+    let b = builder(&clock).window(SEC).build().unwrap();
+    clock.advance(3 * SEC);
+    b.tick();
+    let closed = b.snapshot().window.closed_at;
+    clock.rewind(365 * DAY);
+    let due = b.next_due();
+    assert!(due > Duration::ZERO && due <= SEC, "{due:?}");
+    clock.advance(due);
+    b.tick();
+    assert!(
+        b.snapshot().window.closed_at > closed,
+        "ticked at next_due ({due:?}) after a backward step: the window did not close (next_due now {:?})",
+        b.next_due()
+    );
+}
+
+/// src/breaker/mod.rs (`next_due`): "Ticking earlier does nothing but the
+/// check"; and `tick` "re-opens a HALF_OPEN breaker with a probe out past
+/// its lease". A runtime that only ticks at `next_due` must not miss that
+/// work: with a probe out and its lease ending before the window does,
+/// either `next_due` is no later than the lease's end, or a tick before
+/// `next_due` changes nothing.
+#[test]
+fn next_due_is_no_later_than_a_probes_lease_running_out() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .window(HOUR)
+        .latency_threshold(50 * MS)
+        .probe_lease(SEC)
+        .base_backoff(SEC)
+        .jitter(tailguard::Jitter::None)
+        .half_open_probes(1)
+        .build()
+        .unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    b.tick();
+    assert_eq!(b.state(), State::HalfOpen);
+    let probe = b.allow().expect("the probe");
+    let due = b.next_due();
+    let lease_left = SEC;
+    clock.advance(lease_left);
+    b.tick();
+    let state = b.state();
+    drop(probe);
+    assert!(
+        due <= lease_left || state == State::HalfOpen,
+        "next_due said {due:?}, but a tick {lease_left:?} later (before it) re-opened the breaker ({state:?})"
+    );
+}
