@@ -1,16 +1,18 @@
-//! The async emitter: the call is a future, cancelled at the deadline by
-//! a [`Timer`] (tokio's for [`Emitter::emit`], feature `tokio`; any other
-//! for [`Emitter::emit_with`]); one read of the breaker's clock starts an
-//! emit.
+//! The async emit and replay, of the shared and the per-core emitter
+//! alike (written once over [`Host`]): the call is a future, cancelled at
+//! the deadline by a [`Timer`] (tokio's for [`Emitter::emit`], feature
+//! `tokio`; any other for [`Emitter::emit_with`]); one read of the
+//! breaker's clock starts an emit.
 
-use super::call::{Host, Outcome};
-use super::metrics::{Count, Metrics};
+use super::call::{Host, Outcome, Verdict};
+use super::metrics::Count;
 use super::replay::Replay;
-use super::{Divert, Emitted, Emitter, Replayed};
+use super::{Divert, Emitted, Emitter, LocalEmitter, Replayed};
 use crate::clock::ClockSource;
 use crate::dlq::Priority;
 use crate::timer::Timer;
 use core::future::Future;
+use core::marker::PhantomData;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -129,17 +131,128 @@ fn end<F: Future>(call: Pin<&mut Option<F>>, outcome: Outcome<F::Output>) -> Pol
 }
 
 /// Counts an emit whose future was dropped before it finished.
-struct CancelGuard<'a> {
-    metrics: &'a Metrics,
+struct CancelGuard<'a, T, H: Host<T>> {
+    host: &'a H,
     armed: bool,
+    _trigger: PhantomData<fn(T)>,
 }
 
-impl Drop for CancelGuard<'_> {
+impl<T, H: Host<T>> Drop for CancelGuard<'_, T, H> {
     fn drop(&mut self) {
         if self.armed {
-            self.metrics.count(Count::Cancelled);
+            self.host.metrics_count(Count::Cancelled);
         }
     }
+}
+
+/// The async emit over either emitter ([`Host`]): what
+/// [`Emitter::emit_with`] and [`LocalEmitter::emit_with`] document, written
+/// once.
+pub(super) fn emit_on<'a, T, H, R, F, Fut, O, E>(
+    host: &'a H,
+    timer: R,
+    trigger: T,
+    class: Priority,
+    call: F,
+) -> impl Future<Output = Emitted<T, O, E>> + 'a
+where
+    T: 'a,
+    H: Host<T>,
+    R: Timer + 'a,
+    F: FnOnce(&T) -> Fut + 'a,
+    Fut: Future<Output = Result<O, E>> + 'a,
+{
+    // Armed before the first poll: an emit dropped unpolled (a `select!`
+    // that took another branch at once) counts as cancelled.
+    let guard = CancelGuard {
+        host,
+        armed: true,
+        _trigger: PhantomData,
+    };
+    async move {
+        let mut guard = guard; // the whole guard moves in, not its fields
+        let clock = host.breaker().clock();
+        let (start, deadline) = start(clock, host.timeout());
+        let (out, end) = match host.admit(start) {
+            Err(not) => (host.divert(trigger, class, not.reason()), clock.raw()),
+            Ok(admitted) => {
+                let call = match catch_unwind(AssertUnwindSafe(|| call(&trigger))) {
+                    Ok(call) => call,
+                    Err(panic) => {
+                        guard.armed = false;
+                        host.panicked(admitted, trigger, class, start, panic)
+                    }
+                };
+                let outcome = Timed {
+                    call: Some(call),
+                    deadline,
+                    timer,
+                    sleep: None,
+                }
+                .await;
+                let end = clock.raw();
+                let (permit, slot) = admitted;
+                let elapsed_ns = clock.delta_nanos(start, end);
+                let out = match outcome {
+                    Outcome::Done(result) => {
+                        drop(slot);
+                        host.settle(permit, result, trigger, class, elapsed_ns)
+                    }
+                    Outcome::TimedOut => {
+                        drop(slot);
+                        let elapsed = Duration::from_nanos(elapsed_ns);
+                        permit.record_timeout(elapsed);
+                        host.divert(trigger, class, Divert::TimedOut(elapsed))
+                    }
+                    Outcome::NoTimer => {
+                        drop(slot);
+                        drop(permit); // cancelled: no verdict on the consumer
+                        host.divert(trigger, class, Divert::NoTimer)
+                    }
+                    Outcome::Panicked(panic) => {
+                        guard.armed = false;
+                        host.panicked((permit, slot), trigger, class, start, panic)
+                    }
+                };
+                (out, end)
+            }
+        };
+        guard.armed = false;
+        host.emit_time(clock.delta_nanos(start, end), out.is_delivered());
+        out
+    }
+}
+
+/// The async replay over either emitter ([`Host`]): what
+/// [`Emitter::replay_with`] and [`LocalEmitter::replay_with`] document,
+/// written once.
+pub(super) async fn replay_on<T, H, R, F, Fut, O, E>(host: &H, timer: R, max: usize, mut call: F) -> Replayed<T, E>
+where
+    H: Host<T>,
+    R: Timer,
+    F: FnMut(&T) -> Fut,
+    Fut: Future<Output = Result<O, E>>,
+{
+    let clock = host.breaker().clock();
+    let mut replay = Replay::begin(host, max);
+    while let Some((attempt, deadline)) = replay.next(|| start(clock, host.timeout())) {
+        // No lock is held across the await; dropped there, `attempt` keeps
+        // its trigger at the head.
+        let outcome = match catch_unwind(AssertUnwindSafe(|| call(attempt.trigger()))) {
+            Ok(call) => {
+                Timed {
+                    call: Some(call),
+                    deadline,
+                    timer: &timer,
+                    sleep: None,
+                }
+                .await
+            }
+            Err(panic) => Outcome::Panicked(panic),
+        };
+        replay.settle(attempt, outcome);
+    }
+    replay.finish()
 }
 
 impl<T> Emitter<T> {
@@ -265,67 +378,7 @@ impl<T> Emitter<T> {
         F: FnOnce(&T) -> Fut + 'a,
         Fut: Future<Output = Result<O, E>> + 'a,
     {
-        let inner = &*self.inner;
-        // Armed before the first poll: an emit dropped unpolled (a
-        // `select!` that took another branch at once) counts as cancelled.
-        let guard = CancelGuard {
-            metrics: &inner.metrics,
-            armed: true,
-        };
-        async move {
-            let mut guard = guard; // the whole guard moves in, not its fields
-            let clock = inner.breaker.clock();
-            let (start, deadline) = start(clock, inner.timeout);
-            let (out, end) = match inner.admit(start) {
-                Err(not) => (inner.divert(trigger, class, not.reason()), clock.raw()),
-                Ok(admitted) => {
-                    let call = match catch_unwind(AssertUnwindSafe(|| call(&trigger))) {
-                        Ok(call) => call,
-                        Err(panic) => {
-                            guard.armed = false;
-                            inner.panicked(admitted, trigger, class, start, panic)
-                        }
-                    };
-                    let outcome = Timed {
-                        call: Some(call),
-                        deadline,
-                        timer,
-                        sleep: None,
-                    }
-                    .await;
-                    let end = clock.raw();
-                    let (permit, slot) = admitted;
-                    let elapsed_ns = clock.delta_nanos(start, end);
-                    let out = match outcome {
-                        Outcome::Done(result) => {
-                            drop(slot);
-                            inner.settle(permit, result, trigger, class, elapsed_ns)
-                        }
-                        Outcome::TimedOut => {
-                            drop(slot);
-                            let elapsed = Duration::from_nanos(elapsed_ns);
-                            permit.record_timeout(elapsed);
-                            inner.divert(trigger, class, Divert::TimedOut(elapsed))
-                        }
-                        Outcome::NoTimer => {
-                            drop(slot);
-                            drop(permit); // cancelled: no verdict on the consumer
-                            inner.divert(trigger, class, Divert::NoTimer)
-                        }
-                        Outcome::Panicked(panic) => {
-                            guard.armed = false;
-                            inner.panicked((permit, slot), trigger, class, start, panic)
-                        }
-                    };
-                    (out, end)
-                }
-            };
-            guard.armed = false;
-            inner
-                .metrics
-                .emit_time(clock.delta_nanos(start, end), out.is_delivered());
-            out
-        }
+        emit_on(&*self.inner, timer, trigger, class, call)
     }
 
     /// As [`replay_blocking`](Self::replay_blocking), with async calls cut
@@ -382,32 +435,170 @@ impl<T> Emitter<T> {
     /// assert!(e.stats().pending); // kept at the head
     /// # Ok::<(), tailguard::ConfigError>(())
     /// ```
-    pub async fn replay_with<R, F, Fut, O, E>(&self, timer: R, max: usize, mut call: F) -> Replayed<T, E>
+    pub async fn replay_with<R, F, Fut, O, E>(&self, timer: R, max: usize, call: F) -> Replayed<T, E>
     where
         R: Timer,
         F: FnMut(&T) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
-        let inner = &*self.inner;
-        let clock = inner.breaker.clock();
-        let mut replay = Replay::begin(inner, max);
-        while let Some((attempt, deadline)) = replay.next(|| start(clock, inner.timeout)) {
-            // No lock is held across the await; dropped there, `attempt`
-            // keeps its trigger at the head.
-            let outcome = match catch_unwind(AssertUnwindSafe(|| call(attempt.trigger()))) {
-                Ok(call) => {
-                    Timed {
-                        call: Some(call),
-                        deadline,
-                        timer: &timer,
-                        sleep: None,
-                    }
-                    .await
-                }
-                Err(panic) => Outcome::Panicked(panic),
-            };
-            replay.settle(attempt, outcome);
-        }
-        replay.finish()
+        replay_on(&*self.inner, timer, max, call).await
+    }
+}
+
+impl<T> LocalEmitter<T> {
+    /// As [`Emitter::emit`], on this core: the async emit through the
+    /// core's local handle and bulkhead, the call cut at the emitter's
+    /// timeout by a tokio timer (this is
+    /// [`emit_with`](Self::emit_with)`(TokioTimer, ..)`), for a core that
+    /// runs a current-thread tokio runtime of its own. The future borrows
+    /// the emitter, which is not `Sync`: it is not `Send` either, so it runs
+    /// on the core that owns the emitter (`spawn_local`, a `LocalSet`, or
+    /// awaited in place), which is the point. Outcomes, counters, the
+    /// cancellation of a dropped future and the handling of a panic are
+    /// [`Emitter::emit`]'s.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tailguard::ConfigError> {
+    /// use std::time::Duration;
+    /// use tailguard::{Breaker, clock::ClockSource, dlq::{DeadLetterQueue, Priority}};
+    /// use tailguard::emit::{Divert, Emitted, LocalEmitter};
+    ///
+    /// let breaker = Breaker::builder().clock(ClockSource::tokio()).local_handles(1).build()?;
+    /// let e = LocalEmitter::builder(breaker, DeadLetterQueue::with_capacity(64)?)
+    ///     .bulkhead(8)?
+    ///     .timeout(Duration::from_millis(50))?
+    ///     .build_local()?;
+    /// let out = e.emit(7u64, Priority::Critical, |id| {
+    ///     let id = *id;
+    ///     async move { Ok::<_, std::io::Error>(id * 2) }
+    /// }).await;
+    /// assert!(matches!(out, Emitted::Delivered(14)));
+    ///
+    /// let out = e.emit(8, Priority::Critical, |_| async {
+    ///     tokio::time::sleep(Duration::from_secs(5)).await; // hangs: cut at 50 ms
+    ///     Ok::<_, std::io::Error>(0)
+    /// }).await;
+    /// assert!(matches!(out, Emitted::Diverted { reason: Divert::TimedOut(_), .. }));
+    /// assert_eq!(e.queue().len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn emit<'a, F, Fut, O, E>(
+        &'a self,
+        trigger: T,
+        class: Priority,
+        call: F,
+    ) -> impl Future<Output = Emitted<T, O, E>> + 'a
+    where
+        T: 'a,
+        F: FnOnce(&T) -> Fut + 'a,
+        Fut: Future<Output = Result<O, E>> + 'a,
+    {
+        self.emit_with(crate::timer::TokioTimer, trigger, class, call)
+    }
+
+    /// As [`Emitter::emit_with`], on this core: the async emit with its
+    /// deadline on `timer`, for a thread-per-core runtime of any make
+    /// (glommio, monoio, a hand-rolled executor: implement [`Timer`] for
+    /// its sleep, see [`crate::timer`]). Where `timer` has none to give,
+    /// the pending call is cut at once, its local bulkhead slot given back,
+    /// its permit cancelled, its trigger diverted with [`Divert::NoTimer`].
+    /// Many emits of one core may be in flight at once (each holds one of
+    /// the core's bulkhead slots); they share nothing with other cores.
+    ///
+    /// ```
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Divert, Emitted, LocalEmitter}};
+    /// use tailguard::timer::Never;
+    ///
+    /// let b = Breaker::builder().local_handles(1).build()?;
+    /// let e = LocalEmitter::builder(b, DeadLetterQueue::with_capacity(8)?).bulkhead(1)?.build_local()?;
+    /// let ready = e.emit_with(Never, 1u8, Priority::Routine, |_| async { Ok::<_, ()>(()) });
+    /// assert!(matches!(futures_lite::future::block_on(ready), Emitted::Delivered(())));
+    /// // Pending, and no timer to cut it: cut at once, its slot given back.
+    /// let hung = e.emit_with(Never, 2u8, Priority::Routine, |_| std::future::pending::<Result<(), ()>>());
+    /// assert!(matches!(futures_lite::future::block_on(hung), Emitted::Diverted { reason: Divert::NoTimer, .. }));
+    /// assert_eq!(e.stats().bulkhead_in_flight, 0);
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub fn emit_with<'a, R, F, Fut, O, E>(
+        &'a self,
+        timer: R,
+        trigger: T,
+        class: Priority,
+        call: F,
+    ) -> impl Future<Output = Emitted<T, O, E>> + 'a
+    where
+        T: 'a,
+        R: Timer + 'a,
+        F: FnOnce(&T) -> Fut + 'a,
+        Fut: Future<Output = Result<O, E>> + 'a,
+    {
+        emit_on(self, timer, trigger, class, call)
+    }
+
+    /// As [`Emitter::replay`], on this core: the async replay with a tokio
+    /// timer (this is [`replay_with`](Self::replay_with)`(TokioTimer, ..)`),
+    /// the policy of [`replay_blocking`](Self::replay_blocking) (the same
+    /// code): the trigger kept at the head first, a failed one kept there
+    /// until its attempts are used, nothing of a class reordered. Dropping
+    /// the future mid-call puts the trigger in flight back at the head, no
+    /// attempt used.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tailguard::ConfigError> {
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::LocalEmitter};
+    ///
+    /// let b = Breaker::builder().local_handles(1).build()?;
+    /// let e = LocalEmitter::builder(b.clone(), DeadLetterQueue::with_capacity(8)?).build_local()?;
+    /// b.trip_now();
+    /// let _ = e.emit(1u32, Priority::Routine, |_| async { Ok::<_, ()>(()) }).await;
+    /// b.reset();
+    /// let r = e.replay(10, |n| {
+    ///     let n = *n;
+    ///     async move { Ok::<_, ()>(n) }
+    /// }).await;
+    /// assert_eq!(r.delivered, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub async fn replay<F, Fut, O, E>(&self, max: usize, call: F) -> Replayed<T, E>
+    where
+        F: FnMut(&T) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        self.replay_with(crate::timer::TokioTimer, max, call).await
+    }
+
+    /// As [`Emitter::replay_with`], on this core: the async replay with its
+    /// deadlines on `timer`. Where `timer` has none to give, the call in
+    /// flight is cut at once, its permit cancelled, its trigger kept at the
+    /// head with no attempt used, and the replay stops with
+    /// [`ReplayStop::Failed`](super::ReplayStop::Failed)`(`[`Divert::NoTimer`]`)`.
+    ///
+    /// ```
+    /// use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Divert, LocalEmitter, ReplayStop}};
+    /// use tailguard::timer::Never;
+    ///
+    /// let b = Breaker::builder().local_handles(1).build()?;
+    /// let e = LocalEmitter::builder(b, DeadLetterQueue::with_capacity(8)?).build_local()?;
+    /// let _ = e.enqueue(1u8, Priority::Routine);
+    /// let r = futures_lite::future::block_on(e.replay_with(Never, 10, |_| std::future::pending::<Result<(), ()>>()));
+    /// assert_eq!((r.delivered, r.stopped), (0, Some(ReplayStop::Failed(Divert::NoTimer))));
+    /// assert!(e.stats().pending); // kept at the head
+    /// # Ok::<(), tailguard::ConfigError>(())
+    /// ```
+    pub async fn replay_with<R, F, Fut, O, E>(&self, timer: R, max: usize, call: F) -> Replayed<T, E>
+    where
+        R: Timer,
+        F: FnMut(&T) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        replay_on(self, timer, max, call).await
     }
 }

@@ -94,6 +94,13 @@ use std::time::Duration;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
+/// Async on the core's own executor: [`emit_with`](Self::emit_with) and
+/// [`replay_with`](Self::replay_with) take the deadline's sleep from a
+/// [`Timer`](crate::timer::Timer) of that runtime (glommio, monoio, a
+/// current-thread tokio with [`emit`](Self::emit)); their futures borrow
+/// the emitter and are not `Send`, so they stay on its core, and many may
+/// be in flight at once within the core's bulkhead.
+///
 /// Built from the same builder as the shared emitter
 /// ([`EmitterBuilder::build_local`]). It may be moved to its core once
 /// built (it is `Send` when its triggers are), but it cannot be shared

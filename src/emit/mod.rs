@@ -61,7 +61,8 @@
 //! [`build_local`](EmitterBuilder::build_local)): the same outcomes,
 //! counters, identities and replay policy, over a breaker's
 //! [`LocalHandle`](crate::LocalHandle), with nothing on its emit path
-//! written by another core.
+//! written by another core; blocking, or async on the core's own runtime
+//! ([`LocalEmitter::emit_with`] and its [`Timer`](crate::timer::Timer)).
 //!
 //! ```
 //! use std::time::Duration;

@@ -21,6 +21,7 @@ mod outcomes;
 mod overrides;
 mod panics;
 mod per_core;
+mod per_core_async;
 mod replay;
 mod shutdown;
 mod timeouts;
