@@ -1293,3 +1293,334 @@ fn next_due_is_no_later_than_a_probes_lease_running_out() {
         "next_due said {due:?}, but a tick {lease_left:?} later (before it) re-opened the breaker ({state:?})"
     );
 }
+
+// ---------------------------------------------------------------------------
+// The per-core emitter's async emit and replay (merged from main).
+// ---------------------------------------------------------------------------
+
+/// A waker that does nothing (`Waker::noop` is newer than the crate's MSRV).
+struct NoopWake;
+
+impl std::task::Wake for NoopWake {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// Polls `f` once with a waker that does nothing.
+fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(&Waker::from(Arc::new(NoopWake))))
+}
+
+/// src/emit/future.rs (`LocalEmitter::emit_with`): "Many emits of one core
+/// may be in flight at once (each holds one of the core's bulkhead
+/// slots)"; and, as `Emitter::emit`, a dropped emit gives back its bulkhead
+/// slot and its probe slot and is counted cancelled. Three emits in flight
+/// on one core, dropped out of the order they started (the middle one's
+/// call panicking in its destructor), in HALF_OPEN with one probe: every
+/// local slot and the probe slot come back, each drop is counted once.
+#[test]
+fn local_async_emits_dropped_out_of_order_give_back_every_slot() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = LocalEmitter::builder(b.clone(), DeadLetterQueue::with_capacity(16).unwrap())
+        .bulkhead(3)
+        .unwrap()
+        .build_local()
+        .unwrap();
+    let hang = |_: &u64| pending::<Result<(), ()>>();
+    // CLOSED: three in flight, a fourth diverted BulkheadFull.
+    let mut a = Box::pin(e.emit_with(Hostile(SleepKind::Forever), 1, Priority::Routine, hang));
+    let mut m = Box::pin(e.emit_with(Hostile(SleepKind::Forever), 2, Priority::Routine, |_| {
+        HangThenPanicOnDrop
+    }));
+    let mut z = Box::pin(e.emit_with(Hostile(SleepKind::Forever), 3, Priority::Routine, hang));
+    assert!(poll_once(a.as_mut()).is_pending());
+    assert!(poll_once(m.as_mut()).is_pending());
+    assert!(poll_once(z.as_mut()).is_pending());
+    assert_eq!(e.stats().bulkhead_in_flight, 3);
+    let full = block_on(e.emit_with(Never, 4, Priority::Routine, hang));
+    assert!(
+        matches!(
+            full,
+            Emitted::Diverted {
+                reason: Divert::BulkheadFull,
+                ..
+            }
+        ),
+        "{full:?}"
+    );
+    must_panic(move || drop(m));
+    assert_eq!(e.stats().bulkhead_in_flight, 2);
+    drop(a);
+    drop(z);
+    let s = e.stats();
+    assert_eq!(
+        (s.bulkhead_in_flight, s.cancelled),
+        (0, 3),
+        "{:?}",
+        (s.bulkhead_in_flight, s.cancelled)
+    );
+    assert_conserved(&s, 4);
+    // HALF_OPEN, one probe: the probe in flight, the next rejected; the
+    // probe dropped gives its slot back.
+    b.trip_now();
+    clock.advance(60 * SEC);
+    let mut probe = Box::pin(e.emit_with(Hostile(SleepKind::Forever), 5, Priority::Routine, hang));
+    assert!(poll_once(probe.as_mut()).is_pending());
+    assert_eq!(b.snapshot().probes_in_flight, 1);
+    let turned = block_on(e.emit_with(Never, 6, Priority::Routine, hang));
+    assert!(
+        matches!(
+            turned,
+            Emitted::Diverted {
+                reason: Divert::Open(_),
+                ..
+            }
+        ),
+        "{turned:?}"
+    );
+    drop(probe);
+    assert_eq!((b.snapshot().probes_in_flight, e.stats().bulkhead_in_flight), (0, 0));
+    assert_eq!(b.state(), State::HalfOpen);
+    assert!(block_on(e.emit_with(Never, 7, Priority::Routine, |_| async { Ok::<_, ()>(()) })).is_delivered());
+    assert_eq!(b.state(), State::Closed);
+    assert_conserved(&e.stats(), 7);
+}
+
+/// src/emit/local.rs (`shutdown`): "a replay running ... hands back the
+/// trigger it holds instead of keeping it"; src/emit/replay.rs: "either the
+/// drain takes it, or the replay sees `closed` and hands it back". On one
+/// core, interleaved at the await points of an async replay: while its
+/// call is pending, another task emits (diverted), drains, and a blocking
+/// replay is `Busy`; then a shutdown; the replay's call then fails: its
+/// trigger comes back in `handed_back`, never lost nor kept, every trigger
+/// ends once and the identities hold.
+#[test]
+fn a_local_async_replay_interleaved_with_emits_drains_and_a_shutdown_loses_nothing() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 16);
+    let mut ended: HashMap<u64, &'static str> = HashMap::new();
+    for id in [1, 2, 3] {
+        let _ = e.enqueue(id, Priority::Routine);
+    }
+    let fail = Cell::new(false);
+    let calls = Cell::new(0);
+    let mut r = Box::pin(e.replay_with(Hostile(SleepKind::Forever), 10, |t| {
+        calls.set(calls.get() + 1);
+        let t = *t;
+        let fail = &fail;
+        std::future::poll_fn(move |_| {
+            if fail.get() {
+                Poll::Ready(Err::<(), _>(t))
+            } else {
+                Poll::Pending
+            }
+        })
+    }));
+    assert!(poll_once(r.as_mut()).is_pending(), "trigger 1 in flight");
+    // Another task on the core, between two polls of the replay.
+    b.trip_now();
+    let out = block_on(e.emit_with(Never, 4, Priority::Critical, |_| async { Ok::<_, ()>(()) }));
+    assert!(matches!(out, Emitted::Diverted { .. }), "{out:?}");
+    b.reset();
+    assert_eq!(
+        e.replay_blocking(10, |_, _| Ok::<_, ()>(())).stopped,
+        Some(ReplayStop::Busy)
+    );
+    assert_eq!(e.drain(1, |t, _| end_once(&mut ended, t, "drained")), 1);
+    assert!(poll_once(r.as_mut()).is_pending(), "still in flight");
+    let n = e.shutdown(|t, _| end_once(&mut ended, t, "shutdown"));
+    assert_eq!(n, 2);
+    fail.set(true);
+    let Poll::Ready(out) = poll_once(r.as_mut()) else {
+        panic!("the call failed: the replay ends")
+    };
+    assert_eq!(out.handed_back, Some((1, Priority::Routine)), "{out:?}");
+    end_once(&mut ended, 1, "replay handed back");
+    drop(r);
+    let mut ids: Vec<_> = ended.keys().copied().collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    let s = e.stats();
+    assert_eq!((s.pending, s.queued, s.replay_handed_back), (false, 0, 1));
+    assert_conserved(&s, 1);
+}
+
+/// src/emit/future.rs (`LocalEmitter::emit_with`, as `Emitter::emit_with`):
+/// "Where `timer` has none to give, the pending call is cut at once".
+/// The same huge budget on tokio's clock as the shared emitter's finding
+/// above: the per-core emit and replay share its code.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_local_async_emit_with_a_huge_budget_on_tokios_clock_and_no_timer_is_cut_at_once() {
+    let b = Breaker::builder()
+        .clock(tailguard::clock::ClockSource::tokio())
+        .ticker(false)
+        .local_handles(1)
+        .build()
+        .unwrap();
+    let e: LocalEmitter<u64> = LocalEmitter::builder(b, DeadLetterQueue::with_capacity(8).unwrap())
+        .bulkhead(1)
+        .unwrap()
+        .timeout(Duration::MAX)
+        .unwrap()
+        .build_local()
+        .unwrap();
+    let mut f = Box::pin(e.emit_with(Never, 1, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    let polled = poll_once(f.as_mut());
+    assert!(
+        matches!(
+            polled,
+            Poll::Ready(Emitted::Diverted {
+                reason: Divert::NoTimer,
+                ..
+            })
+        ),
+        "no timer to be had: cut at once; got {polled:?} with {} slot(s) held",
+        e.stats().bulkhead_in_flight
+    );
+}
+
+/// As the shared emitter's finding above, on the per-core emitter: a call
+/// delivered (`Ok`) under a sleep that panics in its drop is counted
+/// cancelled, and in replay it is kept at the head and delivered again.
+#[test]
+fn a_local_sleep_panicking_in_its_drop_after_a_delivered_call_counts_it_delivered_once() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 8);
+    must_panic(|| {
+        block_on(e.emit_with(Hostile(SleepKind::PanicOnDrop), 1, Priority::Routine, |_| {
+            pending_once(Ok::<_, ()>(()))
+        }))
+    });
+    let _ = e.enqueue(2, Priority::Routine);
+    let deliveries = Cell::new(0);
+    must_panic(|| {
+        block_on(e.replay_with(Hostile(SleepKind::PanicOnDrop), 10, |_| {
+            deliveries.set(deliveries.get() + 1);
+            pending_once(Ok::<_, ()>(()))
+        }))
+    });
+    let _ = block_on(e.replay_with(Never, 10, |_| {
+        deliveries.set(deliveries.get() + 1);
+        async { Ok::<_, ()>(()) }
+    }));
+    let s = e.stats();
+    assert_conserved(&s, 1);
+    assert_eq!(
+        (s.delivered, s.cancelled, deliveries.get(), s.replayed),
+        (1, 0, 1, 1),
+        "(delivered, cancelled, deliveries of trigger 2, replayed)"
+    );
+}
+
+/// The breaker moved under a per-core async call, between its polls:
+/// tripped, then reset, then forced open; the call then completes (`Ok`,
+/// then `Err`): no panic, the local slot back, the identities kept, and a
+/// replay obeys the mode it then finds.
+#[test]
+fn the_breaker_moved_between_the_polls_of_a_local_async_call() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 8);
+    for (id, ok) in [(1, true), (2, false)] {
+        let done = Cell::new(false);
+        let mut f = Box::pin(e.emit_with(Hostile(SleepKind::Forever), id, Priority::Routine, |_| {
+            let done = &done;
+            std::future::poll_fn(move |_| {
+                if done.get() {
+                    Poll::Ready(if ok { Ok(()) } else { Err("failed") })
+                } else {
+                    Poll::Pending
+                }
+            })
+        }));
+        assert!(poll_once(f.as_mut()).is_pending());
+        b.trip_now();
+        assert!(poll_once(f.as_mut()).is_pending());
+        b.reset();
+        b.force_open();
+        done.set(true);
+        let Poll::Ready(out) = poll_once(f.as_mut()) else {
+            panic!("completed")
+        };
+        assert_eq!(out.is_delivered(), ok, "{out:?}");
+        drop(f);
+        assert_eq!(e.stats().bulkhead_in_flight, 0);
+        let r = block_on(e.replay_with(Never, 10, |_| async { Ok::<_, ()>(()) }));
+        assert_eq!(r.stopped, Some(ReplayStop::NotClosed), "forced open: {r:?}");
+        b.reset();
+        assert_conserved(&e.stats(), id);
+    }
+    let r = block_on(e.replay_with(Never, 10, |_| async { Ok::<_, ()>(()) }));
+    assert_eq!((r.delivered, r.stopped), (1, Some(ReplayStop::Empty)));
+    assert_conserved(&e.stats(), 2);
+}
+
+/// src/breaker/mod.rs (`next_due`): "Ticking earlier does nothing but the
+/// check"; `tick` ends a recovery ramp that has run its course. With a
+/// ramp shorter than the window in progress, a runtime that ticks only at
+/// `next_due` must not miss that: either `next_due` is no later than the
+/// ramp's end, or a tick before `next_due` leaves the breaker as it was.
+#[test]
+fn next_due_is_no_later_than_a_recovery_ramps_end() {
+    let clock = ManualClock::new();
+    let b = builder(&clock)
+        .window(HOUR)
+        .latency_threshold(50 * MS)
+        .base_backoff(SEC)
+        .half_open_probes(1)
+        .success_to_close(1)
+        .recovery_ramp(SEC)
+        .build()
+        .unwrap();
+    b.trip_now();
+    clock.advance(SEC);
+    b.allow().expect("the probe").record_latency(MS, true);
+    assert_eq!(b.state(), State::Closed);
+    let before = b.snapshot();
+    assert!(before.ramp.is_some(), "ramping");
+    let due = b.next_due();
+    let ramp_left = SEC;
+    clock.advance(ramp_left);
+    b.tick();
+    let after = b.snapshot();
+    let unchanged = (after.generation, after.backoff_level, after.ramp.is_some())
+        == (before.generation, before.backoff_level, before.ramp.is_some());
+    assert!(
+        due <= ramp_left || unchanged,
+        "next_due said {due:?}, but a tick {ramp_left:?} later (before it) ended the ramp: \
+         (generation, backoff level, ramping) {:?} -> {:?}",
+        (before.generation, before.backoff_level, before.ramp.is_some()),
+        (after.generation, after.backoff_level, after.ramp.is_some())
+    );
+}
+
+/// Issue 20, as tests/emit/no_runtime.rs quotes it: "nothing in the crate
+/// panics for a missing runtime"; src/timer.rs: a timer "that cannot arm
+/// where it is polled ... returns `None` ..., and nothing panics". An emit
+/// whose call was pending on a tokio runtime (its `TokioTimer` sleep armed
+/// there), polled again once that runtime is gone (dropped: a shut-down
+/// service, a future kept past its runtime): no panic, the call cut (as
+/// for no timer) or left pending, the slots intact.
+#[cfg(feature = "tokio")]
+#[test]
+fn an_emit_polled_after_its_tokio_runtime_is_gone_does_not_panic() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let e = bulkhead_emitter(&b, &bulkhead);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut f = Box::pin(e.emit(1, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    rt.block_on(async { assert!(poll_once(f.as_mut()).is_pending()) });
+    drop(rt);
+    let polled = catch_unwind(AssertUnwindSafe(|| poll_once(f.as_mut()).is_ready()));
+    drop(f);
+    assert_eq!(bulkhead.in_flight(), 0);
+    assert_conserved(&e.stats(), 1);
+    assert!(polled.is_ok(), "polling the emit after its runtime is gone panicked");
+}

@@ -388,3 +388,28 @@ fn a_response_future_dropped_at_any_point_gives_back_both_slots() {
     assert!(block_on(late.call(())).is_ok());
     assert_eq!(b.state(), State::Closed);
 }
+
+/// Issue 20: "nothing in the crate panics for a missing runtime";
+/// src/tower/layer.rs (`timeout`): where the timer has none to give the
+/// request fails "with `BreakerError::NoTimer` ... rather than panic or
+/// hang". A request pending on a tokio runtime (its sleep armed there),
+/// polled again once that runtime is gone: no panic.
+#[test]
+fn a_response_future_polled_after_its_tokio_runtime_is_gone_does_not_panic() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let mut svc = layer(&b, &bulkhead, 200 * MS).layer(service_fn(|()| pending::<Result<(), ()>>()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut f = Box::pin(svc.call(()));
+    let mut cx = Context::from_waker(Waker::noop());
+    rt.block_on(async { assert!(f.as_mut().poll(&mut cx).is_pending()) });
+    drop(rt);
+    let polled = catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(&mut cx).is_ready()));
+    drop(f);
+    assert_eq!(bulkhead.in_flight(), 0);
+    assert!(polled.is_ok(), "polling the request after its runtime is gone panicked");
+}
