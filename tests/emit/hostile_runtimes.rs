@@ -1624,3 +1624,215 @@ fn an_emit_polled_after_its_tokio_runtime_is_gone_does_not_panic() {
     assert_conserved(&e.stats(), 1);
     assert!(polled.is_ok(), "polling the emit after its runtime is gone panicked");
 }
+
+/// src/registry.rs (`attach_local_emitter`): "its counters and emit times
+/// (read through a `LocalStatsReader` ...) and its queue's depth appear
+/// under `name`. Its bulkhead is its core's own count, read in the
+/// emitter's stats (`bulkhead_in_flight`)". After async emits cut for want
+/// of a timer, one in flight, and a dropped one, the registry's row (read
+/// on another thread) is the core's own reading.
+#[test]
+fn the_registrys_row_of_a_local_emitter_is_the_cores_reading() {
+    let r = tailguard::Registry::new();
+    let clock = ManualClock::new();
+    let b = r
+        .get_or_create("pricing@0", || {
+            Breaker::builder().clock(clock.clone()).ticker(false).local_handles(1)
+        })
+        .unwrap();
+    let e = local::<u64>(&b, 8);
+    r.attach_local_emitter("pricing@0", &e).unwrap();
+    let cut = block_on(e.emit_with(Never, 1, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    assert!(
+        matches!(
+            cut,
+            Emitted::Diverted {
+                reason: Divert::NoTimer,
+                ..
+            }
+        ),
+        "{cut:?}"
+    );
+    drop(e.emit_with(Never, 2, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    let mut held = Box::pin(e.emit_with(Hostile(SleepKind::Forever), 3, Priority::Routine, |_| {
+        pending::<Result<(), ()>>()
+    }));
+    assert!(poll_once(held.as_mut()).is_pending());
+    let row = std::thread::scope(|s| s.spawn(|| r.consumers()).join().unwrap())
+        .into_iter()
+        .find(|c| &*c.name == "pricing@0")
+        .unwrap();
+    let mine = e.stats();
+    let theirs = row.emitter.expect("attached");
+    assert_eq!(theirs, mine);
+    assert_eq!(
+        (theirs.diverted_no_timer, theirs.cancelled, theirs.bulkhead_in_flight),
+        (1, 1, 1)
+    );
+    assert_eq!((row.fallback_depth, row.fallback_capacity), (Some(1), Some(8)));
+    drop(held);
+    assert_conserved(&e.stats(), 3);
+}
+
+/// src/timer.rs (`AsyncIoTimer`): "there is always a timer to be had,
+/// whatever polls the call"; (`Timer::sleep`) "a duration too long for the
+/// runtime to represent: one that never completes". A budget of
+/// `Duration::MAX` on async-io's timer, outside any runtime: never a
+/// NoTimer, and a call that completes later is delivered, not timed out.
+#[cfg(feature = "async-io")]
+#[test]
+fn async_ios_timer_with_a_budget_of_duration_max_never_fires_and_never_has_none() {
+    let clock = ManualClock::new();
+    let b = core_breaker(&clock);
+    let e: LocalEmitter<u64> = LocalEmitter::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .timeout(Duration::MAX)
+        .unwrap()
+        .build_local()
+        .unwrap();
+    let out = block_on(e.emit_with(tailguard::timer::AsyncIoTimer, 1, Priority::Routine, |_| {
+        pending_once(Ok::<_, ()>(()))
+    }));
+    assert!(out.is_delivered(), "{out:?}");
+    let shared: Emitter<u64> = Emitter::builder(breaker(&clock), DeadLetterQueue::with_capacity(8).unwrap())
+        .timeout(Duration::MAX)
+        .unwrap()
+        .build()
+        .unwrap();
+    let _ = shared.enqueue(2, Priority::Routine);
+    let r = block_on(shared.replay_with(tailguard::timer::AsyncIoTimer, 10, |_| pending_once(Ok::<_, ()>(()))));
+    assert_eq!(r.delivered, 1, "{r:?}");
+    assert_eq!((e.stats().diverted_no_timer, shared.stats().diverted_no_timer), (0, 0));
+}
+
+/// src/emit/mod.rs (`shutdown`): "From the shutdown on, a replay queues
+/// nothing: it ends after the call in flight, whose trigger is delivered
+/// or handed back in its `Replayed::handed_back` (a failure, a timeout, a
+/// refusal by the breaker or the bulkhead alike)"; src/emit/local.rs
+/// likewise. A call that shuts its emitter down and is then cut for want
+/// of a timer (NoTimer, which uses no attempt): handed back, not kept at
+/// the head of a queue nobody drains any more; an emit likewise is handed
+/// back `ShutDown` with the reason `NoTimer`. Both emitters.
+#[test]
+fn a_no_timer_cut_after_a_shutdown_from_the_call_hands_the_trigger_back() {
+    let clock = ManualClock::new();
+    // Shared.
+    let b = breaker(&clock);
+    let e = emitter::<u64>(&b, 8);
+    let _ = e.enqueue(1, Priority::Routine);
+    let _ = e.enqueue(2, Priority::Routine);
+    let sunk = RefCell::new(Vec::new());
+    let r = block_on(e.replay_with(Never, 10, |_| {
+        e.shutdown(|t, _| sunk.borrow_mut().push(t));
+        pending::<Result<(), ()>>()
+    }));
+    assert_eq!(
+        (r.stopped, r.handed_back, sunk.take()),
+        (
+            Some(ReplayStop::Failed(Divert::NoTimer)),
+            Some((1, Priority::Routine)),
+            vec![2]
+        )
+    );
+    let out = block_on(e.emit_with(Never, 3, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    assert!(
+        matches!(
+            out,
+            Emitted::HandedBack {
+                trigger: 3,
+                reason: Divert::NoTimer,
+                not_queued: HandBack::ShutDown,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    let s = e.stats();
+    assert_eq!((s.pending, s.queued, s.replay_handed_back), (false, 0, 1));
+    assert_conserved(&s, 1);
+    // Per-core.
+    let b = core_breaker(&clock);
+    let e = local::<u64>(&b, 8);
+    let _ = e.enqueue(1, Priority::Routine);
+    let _ = e.enqueue(2, Priority::Routine);
+    let r = block_on(e.replay_with(Never, 10, |_| {
+        e.shutdown(|t, _| sunk.borrow_mut().push(t));
+        pending::<Result<(), ()>>()
+    }));
+    assert_eq!(
+        (r.stopped, r.handed_back, sunk.take()),
+        (
+            Some(ReplayStop::Failed(Divert::NoTimer)),
+            Some((1, Priority::Routine)),
+            vec![2]
+        )
+    );
+    let s = e.stats();
+    assert_eq!(
+        (s.pending, s.queued, s.replay_handed_back, s.bulkhead_in_flight),
+        (false, 0, 1, 0)
+    );
+    assert_conserved(&s, 0);
+}
+
+/// A call future pending on its first `n` polls (waking itself), then `Ok`.
+struct PendingFor(u32);
+
+impl Future for PendingFor {
+    type Output = Result<(), ()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.0 == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        self.0 -= 1;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// A timer counting its arms, whose sleeps never fire.
+#[derive(Default)]
+struct Counting(Cell<usize>);
+
+impl Timer for Counting {
+    type Sleep = HostileSleep;
+    fn sleep(&self, _after: Duration) -> Option<HostileSleep> {
+        self.0.set(self.0.get() + 1);
+        Some(HostileSleep(SleepKind::Forever))
+    }
+}
+
+/// src/timer.rs: "A timer is armed only for a call that is not ready on
+/// its first poll (a call that completes at once pays for none), and only
+/// then is `Timer::sleep` called"; (`Timer`) "`sleep` is called ... once
+/// per call that is pending on its first poll". A timer that panics if
+/// touched never is for ready calls; a call pending for five polls arms
+/// once; on both emitters, emit and replay.
+#[test]
+fn the_timer_is_armed_once_per_pending_call_and_never_for_a_ready_one() {
+    let clock = ManualClock::new();
+    let shared = emitter::<u64>(&breaker(&clock), 8);
+    let b = core_breaker(&clock);
+    let per_core = local::<u64>(&b, 8);
+    let ready = |_: &u64| async { Ok::<_, ()>(()) };
+    assert!(block_on(shared.emit_with(PanickingTimer, 1, Priority::Routine, ready)).is_delivered());
+    assert!(block_on(per_core.emit_with(PanickingTimer, 2, Priority::Routine, ready)).is_delivered());
+    let _ = shared.enqueue(3, Priority::Routine);
+    let _ = per_core.enqueue(4, Priority::Routine);
+    assert_eq!(block_on(shared.replay_with(PanickingTimer, 10, ready)).delivered, 1);
+    assert_eq!(block_on(per_core.replay_with(PanickingTimer, 10, ready)).delivered, 1);
+    let timer = Counting::default();
+    assert!(block_on(shared.emit_with(&timer, 5, Priority::Routine, |_| PendingFor(5))).is_delivered());
+    assert!(block_on(per_core.emit_with(&timer, 6, Priority::Routine, |_| PendingFor(5))).is_delivered());
+    for t in [7, 8] {
+        let _ = shared.enqueue(t, Priority::Routine);
+        let _ = per_core.enqueue(t, Priority::Routine);
+    }
+    assert_eq!(block_on(shared.replay_with(&timer, 10, |_| PendingFor(5))).delivered, 2);
+    assert_eq!(
+        block_on(per_core.replay_with(&timer, 10, |_| PendingFor(5))).delivered,
+        2
+    );
+    assert_eq!(timer.0.get(), 6, "one arm per pending call");
+    assert_conserved(&shared.stats(), 2);
+    assert_conserved(&per_core.stats(), 2);
+}

@@ -413,3 +413,32 @@ fn a_response_future_polled_after_its_tokio_runtime_is_gone_does_not_panic() {
     assert_eq!(bulkhead.in_flight(), 0);
     assert!(polled.is_ok(), "polling the request after its runtime is gone panicked");
 }
+
+/// src/tower/layer.rs (`timer`): "The timer is armed only for a request
+/// not ready on its first poll, from inside that poll". A timer that
+/// panics if touched serves ready requests; a pending request is answered
+/// before a never-firing sleep, and one cut at its deadline armed it once.
+#[test]
+fn the_layers_timer_is_armed_once_per_pending_request_and_never_for_a_ready_one() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let mut ready = layer(&b, &bulkhead, 200 * MS)
+        .timer(PanickingTimer)
+        .layer(service_fn(|()| async { Ok::<_, ()>(()) }));
+    for _ in 0..3 {
+        assert!(block_on(ready.call(())).is_ok());
+    }
+    let timer = Flaky::default();
+    let mut slow = layer(&b, &bulkhead, 200 * MS)
+        .timer(Hostile(SleepKind::Forever))
+        .layer(service_fn(|()| PendingOnce(false)));
+    assert!(block_on(slow.call(())).is_ok());
+    // Flaky's sleeps fire at once: armed once, then the request is cut.
+    let mut cut = layer(&b, &bulkhead, 200 * MS)
+        .timer(timer.clone())
+        .layer(service_fn(|()| PendingOnce(false)));
+    assert!(matches!(block_on(cut.call(())), Err(BreakerError::TimedOut(_))));
+    assert_eq!(timer.afters.lock().unwrap().len(), 1);
+    assert_eq!(bulkhead.in_flight(), 0);
+}
