@@ -1836,3 +1836,34 @@ fn the_timer_is_armed_once_per_pending_call_and_never_for_a_ready_one() {
     assert_conserved(&shared.stats(), 2);
     assert_conserved(&per_core.stats(), 2);
 }
+
+/// src/emit/future.rs (`replay`): "Dropping the returned future mid-call
+/// puts the trigger in flight back at the head of the queue (no attempt
+/// used)"; with a call future that panics in its destructor as the replay
+/// is dropped: the panic goes on, and still the trigger is kept at the
+/// head, the slot and the replay turn given back. Both emitters.
+#[test]
+fn a_replay_dropped_mid_call_whose_call_panics_in_drop_still_keeps_its_trigger() {
+    let clock = ManualClock::new();
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let shared = bulkhead_emitter(&breaker(&clock), &bulkhead);
+    let b = core_breaker(&clock);
+    let per_core = local::<u64>(&b, 8);
+    let _ = shared.enqueue(1, Priority::Routine);
+    let _ = per_core.enqueue(1, Priority::Routine);
+    let mut f = Box::pin(shared.replay_with(Hostile(SleepKind::Forever), 10, |_| HangThenPanicOnDrop));
+    assert!(poll_once(f.as_mut()).is_pending());
+    must_panic(move || drop(f));
+    let mut g = Box::pin(per_core.replay_with(Hostile(SleepKind::Forever), 10, |_| HangThenPanicOnDrop));
+    assert!(poll_once(g.as_mut()).is_pending());
+    must_panic(move || drop(g));
+    for (name, s) in [("shared", shared.stats()), ("per-core", per_core.stats())] {
+        assert!(s.pending, "{name}: kept at the head");
+        assert_eq!(s.bulkhead_in_flight, 0, "{name}");
+        assert_conserved(&s, 0);
+    }
+    let r = block_on(shared.replay_with(Never, 10, |_| async { Ok::<_, ()>(()) }));
+    assert_eq!(r.delivered, 1, "shared: not Busy: {r:?}");
+    let r = block_on(per_core.replay_with(Never, 10, |_| async { Ok::<_, ()>(()) }));
+    assert_eq!(r.delivered, 1, "per-core: not Busy: {r:?}");
+}
