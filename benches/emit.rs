@@ -15,7 +15,8 @@
 //!   clock (two loads; no tokio clock read, as the call is ready at once),
 //!   against the bare async call and tower's `ConcurrencyLimit` +
 //!   `Timeout` around the same call. Goal: the emit no dearer than
-//!   `async/tower_limit_timeout`.
+//!   `async/tower_limit_timeout`. `local_emit_coarse_clock`: the per-core
+//!   emitter's async emit on the same runtime.
 //!
 //! * `per_core/*`: the per-core emitter (`LocalEmitter`, over a breaker's
 //!   `LocalHandle`, coarse clock, bulkhead) beside the bare call and the
@@ -200,6 +201,19 @@ fn asynchronous(c: &mut Criterion) {
             .concurrency_limit(64)
             .timeout(Duration::from_millis(200))
             .service(Consumer)
+    });
+    // The per-core emitter's async emit, on the same current-thread
+    // runtime (its future is not `Send`: it stays on the core).
+    let local = rt.block_on(async { local_emitter() });
+    g.bench_function("local_emit_coarse_clock", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, async {
+                for n in 0..iters {
+                    let out = local.emit(n, Priority::Routine, |t| ready(call(t))).await;
+                    assert!(out.is_delivered());
+                }
+            })
+        })
     });
     g.bench_function("tower_limit_timeout", |b| {
         b.iter_custom(|iters| {
