@@ -182,6 +182,29 @@ tests:
           - exp_labels: {severity: warning, consumer: pricing, instance: a, job: t}
       - eval_time: 19m
         alertname: TailguardFallbackHandingBack
+  # A thread-per-core router: one breaker per core (label `core`). On a, core 0
+  # is stuck OPEN in normal mode (alert, with its core); core 1 is stuck OPEN
+  # but forced open by an operator while core 2 is normal and CLOSED: no alert
+  # for core 1 (joined on the core, not on another core's mode).
+  - interval: 1m
+    input_series:
+      - series: 'breaker_state{consumer="pricing",core="0",instance="a",job="t"}'
+        values: '1x20'
+      - series: 'breaker_mode{consumer="pricing",core="0",mode="normal",instance="a",job="t"}'
+        values: '1x20'
+      - series: 'breaker_state{consumer="pricing",core="1",instance="a",job="t"}'
+        values: '1x20'
+      - series: 'breaker_mode{consumer="pricing",core="1",mode="normal",instance="a",job="t"}'
+        values: '0x20'
+      - series: 'breaker_state{consumer="pricing",core="2",instance="a",job="t"}'
+        values: '0x20'
+      - series: 'breaker_mode{consumer="pricing",core="2",mode="normal",instance="a",job="t"}'
+        values: '1x20'
+    alert_rule_test:
+      - eval_time: 16m
+        alertname: TailguardBreakerNotClosing
+        exp_alerts:
+          - exp_labels: {severity: critical, consumer: pricing, core: "0", instance: a, job: t}
 YAML
 promtool test rules "$work/alerts_test.yml"
 
@@ -712,6 +735,117 @@ tests:
         alertname: TailguardConsumerDegradedFleetWide
       - eval_time: 5m
         alertname: TailguardRouterInstanceDegraded
+  # A thread-per-core router: two instances, two cores each, a breaker per
+  # consumer per core (label `core`). pricing is slow on core 1 of a only;
+  # ledger is healthy everywhere but flaps on both cores of b: one instance of
+  # two, so no fleet flapping alert (it needs 2 instances). Each breaker is
+  # judged against its own limit (joined on the core: no many-to-many match);
+  # the rules fold the cores into one series per consumer and instance.
+  - interval: 15s
+    input_series:
+      - series: 'breaker_state{consumer="pricing",core="0",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_state{consumer="pricing",core="1",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_state{consumer="pricing",core="0",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_state{consumer="pricing",core="1",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_state{consumer="ledger",core="0",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_state{consumer="ledger",core="1",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_state{consumer="ledger",core="0",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_state{consumer="ledger",core="1",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_calls_total{consumer="pricing",core="0",instance="a",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_calls_total{consumer="pricing",core="1",instance="a",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_calls_total{consumer="pricing",core="0",instance="b",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_calls_total{consumer="pricing",core="1",instance="b",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_calls_total{consumer="ledger",core="0",instance="a",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_calls_total{consumer="ledger",core="1",instance="a",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_calls_total{consumer="ledger",core="0",instance="b",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_calls_total{consumer="ledger",core="1",instance="b",job="tpc"}'
+        values: '0+150x40'
+      - series: 'breaker_slow_calls_total{consumer="pricing",core="0",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_slow_calls_total{consumer="pricing",core="1",instance="a",job="tpc"}'
+        values: '0+15x40'
+      - series: 'breaker_slow_calls_total{consumer="pricing",core="0",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_slow_calls_total{consumer="pricing",core="1",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_slow_calls_total{consumer="ledger",core="0",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_slow_calls_total{consumer="ledger",core="1",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_slow_calls_total{consumer="ledger",core="0",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_slow_calls_total{consumer="ledger",core="1",instance="b",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_slow_ratio_limit{consumer="pricing",core="0",instance="a",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_slow_ratio_limit{consumer="pricing",core="1",instance="a",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_slow_ratio_limit{consumer="pricing",core="0",instance="b",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_slow_ratio_limit{consumer="pricing",core="1",instance="b",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_slow_ratio_limit{consumer="ledger",core="0",instance="a",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_slow_ratio_limit{consumer="ledger",core="1",instance="a",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_slow_ratio_limit{consumer="ledger",core="0",instance="b",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_slow_ratio_limit{consumer="ledger",core="1",instance="b",job="tpc"}'
+        values: '0.01x40'
+      - series: 'breaker_flapping{consumer="ledger",core="0",instance="b",job="tpc"}'
+        values: '1x40'
+      - series: 'breaker_flapping{consumer="ledger",core="1",instance="b",job="tpc"}'
+        values: '1x40'
+      - series: 'breaker_flapping{consumer="ledger",core="0",instance="a",job="tpc"}'
+        values: '0x40'
+      - series: 'breaker_flapping{consumer="ledger",core="1",instance="a",job="tpc"}'
+        values: '0x40'
+    promql_expr_test:
+      - expr: tailguard:consumer_unhealthy{job="tpc"}
+        eval_time: 5m
+        exp_samples:
+          - {labels: 'tailguard:consumer_unhealthy{consumer="pricing",instance="a",job="tpc"}', value: 1}
+          - {labels: 'tailguard:consumer_unhealthy{consumer="pricing",instance="b",job="tpc"}', value: 0}
+          - {labels: 'tailguard:consumer_unhealthy{consumer="ledger",instance="a",job="tpc"}', value: 0}
+          - {labels: 'tailguard:consumer_unhealthy{consumer="ledger",instance="b",job="tpc"}', value: 0}
+      - expr: tailguard:consumer_unhealthy_instances:ratio{job="tpc"}
+        eval_time: 5m
+        exp_samples:
+          - {labels: 'tailguard:consumer_unhealthy_instances:ratio{consumer="pricing",job="tpc"}', value: 0.5}
+          - {labels: 'tailguard:consumer_unhealthy_instances:ratio{consumer="ledger",job="tpc"}', value: 0}
+      - expr: tailguard:instance_unhealthy_consumers:ratio{job="tpc"}
+        eval_time: 5m
+        exp_samples:
+          - {labels: 'tailguard:instance_unhealthy_consumers:ratio{instance="a",job="tpc"}', value: 0.5}
+          - {labels: 'tailguard:instance_unhealthy_consumers:ratio{instance="b",job="tpc"}', value: 0}
+      - expr: tailguard:breaker_open_instances:ratio{job="tpc"}
+        eval_time: 5m
+        exp_samples:
+          - {labels: 'tailguard:breaker_open_instances:ratio{consumer="pricing",job="tpc"}', value: 0}
+          - {labels: 'tailguard:breaker_open_instances:ratio{consumer="ledger",job="tpc"}', value: 0}
+      # One instance of two (not two breakers of one instance) flaps.
+      - expr: tailguard:breaker_flapping_instances:ratio{job="tpc"}
+        eval_time: 5m
+        exp_samples:
+          - {labels: 'tailguard:breaker_flapping_instances:ratio{consumer="ledger",job="tpc"}', value: 0.5}
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: TailguardFleetFlapping
 YAML
 promtool test rules "$work/fleet_test.yml"
 

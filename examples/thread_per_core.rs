@@ -12,36 +12,43 @@
 //! breaker trips, diverts, probes and closes on its own, then replays what
 //! it diverted. The emitters' counters prove nothing is lost.
 //!
+//! Every core registers its breakers in one `Registry` under the
+//! consumer's name and its core (`("pricing", 3)`), so a scrape exports
+//! them as `consumer="pricing", core="3"`; the run ends by reading them
+//! back from it, as a scrape would.
+//!
 //! Run: `cargo run --release --example thread_per_core`
 
 use std::time::Duration;
 use tailguard::clock::ManualClock;
 use tailguard::dlq::{DeadLetterQueue, Priority};
 use tailguard::emit::{EmitterStats, LocalEmitter};
-use tailguard::Breaker;
+use tailguard::{Breaker, Registry};
 
 const CONSUMERS: [&str; 3] = ["pricing", "compliance", "dispatch"];
 const RUN: Duration = Duration::from_millis(1_200);
 const MS: Duration = Duration::from_millis(1);
 
 /// One core's run: a trigger per consumer every 50 µs of its time.
-fn core_loop(core: u64) -> Vec<(EmitterStats, u64, u64)> {
+fn core_loop(core: u32, registry: &Registry) -> Vec<(EmitterStats, u64, u64)> {
     let clock = ManualClock::new();
     let lanes: Vec<(Breaker, LocalEmitter<u64>)> = CONSUMERS
         .iter()
-        .map(|name| {
-            let breaker = Breaker::builder()
-                .name(name)
-                .clock(clock.clone())
-                .ticker(false) // this core ticks it
-                .local_handles(1)
-                .window(100 * MS)
-                .min_calls(2)
-                .trip_windows(1)
-                .latency_threshold(20 * MS)
-                .base_backoff(50 * MS)
-                .max_backoff(200 * MS)
-                .build()
+        .map(|&name| {
+            // This core's breaker of the consumer, registered as (name, core).
+            let breaker = registry
+                .get_or_create((name, core), || {
+                    Breaker::builder()
+                        .clock(clock.clone())
+                        .ticker(false) // this core ticks it
+                        .local_handles(1)
+                        .window(100 * MS)
+                        .min_calls(2)
+                        .trip_windows(1)
+                        .latency_threshold(20 * MS)
+                        .base_backoff(50 * MS)
+                        .max_backoff(200 * MS)
+                })
                 .expect("valid configuration");
             let queue = DeadLetterQueue::with_capacity(1 << 16).expect("valid capacity");
             let emitter = LocalEmitter::builder(breaker.clone(), queue)
@@ -49,6 +56,9 @@ fn core_loop(core: u64) -> Vec<(EmitterStats, u64, u64)> {
                 .and_then(|b| b.timeout(50 * MS))
                 .and_then(|b| b.build_local())
                 .expect("valid configuration");
+            registry
+                .attach_local_emitter((name, core), &emitter)
+                .expect("registered just above");
             (breaker, emitter)
         })
         .collect();
@@ -76,7 +86,7 @@ fn core_loop(core: u64) -> Vec<(EmitterStats, u64, u64)> {
         }
         for (c, (_, emitter)) in lanes.iter().enumerate().filter(|_| emit) {
             emitted += 1;
-            let _ = emitter.emit_blocking(core << 40 | emitted, Priority::Routine, |_, d| call(c, d));
+            let _ = emitter.emit_blocking(u64::from(core) << 40 | emitted, Priority::Routine, |_, d| call(c, d));
         }
         clock.advance(Duration::from_micros(50));
     };
@@ -95,13 +105,17 @@ fn core_loop(core: u64) -> Vec<(EmitterStats, u64, u64)> {
 }
 
 fn main() {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u32;
+    let registry = Registry::new();
     println!(
         "{cores} cores, one thread each, {} consumers per thread",
         CONSUMERS.len()
     );
     let results: Vec<_> = (0..cores)
-        .map(|core| std::thread::spawn(move || core_loop(core)))
+        .map(|core| {
+            let registry = registry.clone();
+            std::thread::spawn(move || core_loop(core, &registry))
+        })
         .collect::<Vec<_>>()
         .into_iter()
         .map(|h| h.join().expect("a core thread panicked"))
@@ -135,7 +149,28 @@ fn main() {
         }
     }
     let pricing_trips: u64 = results.iter().map(|l| l[0].1).sum();
-    assert!(pricing_trips >= cores, "each core's pricing breaker tripped on its own");
+    assert!(
+        pricing_trips >= u64::from(cores),
+        "each core's pricing breaker tripped on its own"
+    );
+    // What a scrape reads: one row per consumer per core, with its core.
+    let rows = registry.consumers();
+    assert_eq!(rows.len(), CONSUMERS.len() * cores as usize);
+    for r in &rows {
+        let core = r.core.expect("every breaker here is a core's") as usize;
+        let c = CONSUMERS.iter().position(|n| **n == *r.name).expect("a known consumer");
+        let stats = r.emitter.as_ref().expect("its emitter is attached");
+        assert_eq!(
+            stats.delivered, results[core][c].0.delivered,
+            "{} on core {core}",
+            r.name
+        );
+    }
+    println!(
+        "registry: {} breakers, exported as consumer=\"pricing\", core=\"0\" .. core=\"{}\" and so on",
+        rows.len(),
+        cores - 1
+    );
     let others: u64 = results.iter().map(|l| l[1].0.diverted() + l[2].0.diverted()).sum();
     assert_eq!(others, 0, "compliance and dispatch were never diverted");
     println!("nothing lost; pricing tripped {pricing_trips} times across the cores; the others never");

@@ -59,7 +59,7 @@ pub use config::{CancelPolicy, Jitter, RelativeLatency};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use histogram::LatencyHistogram;
 #[cfg(not(tailguard_loom))]
-pub use registry::{ConsumerSnapshot, Registry, UnknownConsumer};
+pub use registry::{ConsumerKey, ConsumerSnapshot, Registry, UnknownConsumer};
 pub use report::{
     LatencyQuantiles, Limits, Mode, NoLocalShard, Ramp, Reason, RejectReason, Rejected, Rejections, Snapshot, State,
     Totals, Transition, WindowStats,

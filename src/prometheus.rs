@@ -6,8 +6,9 @@
 //! takes the registry's read lock to list the consumers, then each breaker's
 //! window-close lock for its snapshot, one at a time.
 //!
-//! Every series carries a `consumer` label (the registry name), but the
-//! per-bulkhead gauges, labelled `bulkhead`:
+//! Every series carries a `consumer` label (the registry name), and a
+//! per-core breaker's ([`ConsumerKey::on_core`](crate::ConsumerKey::on_core))
+//! a `core` label too, but the per-bulkhead gauges, labelled `bulkhead`:
 //!
 //! | series | type | value |
 //! |---|---|---|
@@ -102,7 +103,7 @@ use crate::registry::{BulkheadRow, ConsumerSnapshot, Registry};
 use crate::report::Mode;
 use crate::LatencyHistogram;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use std::fmt;
@@ -393,6 +394,33 @@ impl fmt::Display for InvalidPrefix {
 
 impl std::error::Error for InvalidPrefix {}
 
+/// A breaker's own labels: `consumer`, and `core` for a per-core breaker
+/// ([`ConsumerKey::on_core`](crate::ConsumerKey::on_core)).
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    consumer: &'a str,
+    core: Option<u32>,
+}
+
+impl<'a> Who<'a> {
+    fn of(r: &'a ConsumerSnapshot) -> Self {
+        Who {
+            consumer: &r.name,
+            core: r.core,
+        }
+    }
+}
+
+impl EncodeLabelSet for Who<'_> {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        ("consumer", self.consumer).encode(encoder.encode_label())?;
+        if let Some(core) = self.core {
+            ("core", core).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
+}
+
 /// The `mode` label of `breaker_mode`.
 fn mode_label(mode: Mode) -> &'static str {
     match mode {
@@ -421,14 +449,13 @@ fn family<M: EncodeMetric>(
     rows: &[ConsumerSnapshot],
     value: impl Fn(&ConsumerSnapshot) -> Option<M>,
 ) -> fmt::Result {
-    let samples: Vec<(&str, M)> = rows.iter().filter_map(|r| Some((&*r.name, value(r)?))).collect();
+    let samples: Vec<(Who<'_>, M)> = rows.iter().filter_map(|r| Some((Who::of(r), value(r)?))).collect();
     let Some((_, first)) = samples.first() else {
         return Ok(());
     };
     let mut metric = encoder.encode_descriptor(name, help, None, first.metric_type())?;
-    for (consumer, sample) in &samples {
-        let labels = [("consumer", *consumer)];
-        sample.encode(metric.encode_family(&labels)?)?;
+    for (who, sample) in &samples {
+        sample.encode(metric.encode_family(who)?)?;
     }
     Ok(())
 }
@@ -444,16 +471,16 @@ fn by_class<M: EncodeMetric>(
 ) -> fmt::Result {
     let mut queues = rows
         .iter()
-        .filter_map(|r| Some((&*r.name, r.fallback_stats?)))
+        .filter_map(|r| Some((Who::of(r), r.fallback_stats?)))
         .peekable();
     let Some((_, first)) = queues.peek() else {
         return Ok(());
     };
     let kind = value(&first.idle).metric_type();
     let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
-    for (consumer, stats) in queues {
+    for (who, stats) in queues {
         for class in Priority::ALL {
-            let labels = [("consumer", consumer), ("class", class_label(class))];
+            let labels = (who, [("class", class_label(class))]);
             value(stats.class(class)).encode(metric.encode_family(&labels)?)?;
         }
     }
@@ -559,9 +586,9 @@ fn emitter_counters(
     rows: &[ConsumerSnapshot],
     which: impl Fn(&str) -> bool,
 ) -> fmt::Result {
-    let emitters: Vec<(&str, &EmitterStats)> = rows
+    let emitters: Vec<(Who<'_>, &EmitterStats)> = rows
         .iter()
-        .filter_map(|r| Some((&*r.name, r.emitter.as_ref()?)))
+        .filter_map(|r| Some((Who::of(r), r.emitter.as_ref()?)))
         .collect();
     if emitters.is_empty() {
         return Ok(());
@@ -575,12 +602,12 @@ fn emitter_counters(
             None,
             prometheus_client::metrics::MetricType::Counter,
         )?;
-        for (consumer, stats) in &emitters {
+        for (who, stats) in &emitters {
             for s in series {
                 let v = ConstCounter::new((s.value)(stats));
                 match s.label {
-                    None => v.encode(metric.encode_family(&[("consumer", *consumer)])?)?,
-                    Some(label) => v.encode(metric.encode_family(&[("consumer", *consumer), label])?)?,
+                    None => v.encode(metric.encode_family(who)?)?,
+                    Some(label) => v.encode(metric.encode_family(&(*who, [label]))?)?,
                 }
             }
         }
@@ -652,7 +679,7 @@ impl Collector for BreakerCollector {
             )?;
             for r in &rows {
                 for mode in MODES {
-                    let labels = [("consumer", &*r.name), ("mode", mode_label(mode))];
+                    let labels = (Who::of(r), [("mode", mode_label(mode))]);
                     ConstGauge::new(i64::from(r.snapshot.mode == mode)).encode(metric.encode_family(&labels)?)?;
                 }
             }
@@ -758,7 +785,7 @@ impl Collector for BreakerCollector {
                     ("forced", j.forced),
                     ("ramping", j.ramping),
                 ] {
-                    let labels = [("consumer", &*r.name), ("reason", reason)];
+                    let labels = (Who::of(r), [("reason", reason)]);
                     ConstCounter::new(value).encode(metric.encode_family(&labels)?)?;
                 }
             }
@@ -782,7 +809,7 @@ impl Collector for BreakerCollector {
                     ("0.99", seconds(|q| q.p99)),
                     ("0.999", seconds(|q| q.p999)),
                 ] {
-                    let labels = [("consumer", &*r.name), ("quantile", quantile)];
+                    let labels = (Who::of(r), [("quantile", quantile)]);
                     ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
                 }
             }

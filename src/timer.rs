@@ -109,7 +109,14 @@ pub trait Timer {
     /// completes), or `None` where no timer can be had (no runtime here):
     /// the call is then cut at once, and the outcome says so (see
     /// [No timer to be had](crate::timer#no-timer-to-be-had)). Must not panic for
-    /// a missing runtime.
+    /// a missing runtime. If it panics anyway (or its sleep does when
+    /// polled), an emit's call is cut as for `None` (slots given back,
+    /// permit cancelled, the trigger queued, counted in
+    /// `diverted_no_timer`), and then the panic goes on; a replay keeps its
+    /// trigger at the head, no attempt used. The tower layer's future lets
+    /// the panic through; dropped, it gives back its slots and cancels its
+    /// permit, as any dropped request does. A panic in the sleep's drop,
+    /// after the call ended, is swallowed: the call's outcome stands.
     ///
     /// ```
     /// use std::time::Duration;

@@ -749,7 +749,8 @@ pub async fn run(setup: Setup) -> Run {
                                 Divert::Open(r) if r.reason() == RejectReason::Ramping => Outcome::Ramping,
                                 Divert::Open(_) => Outcome::Open,
                                 Divert::BulkheadFull => Outcome::Bulkhead,
-                                Divert::TimedOut(_) | Divert::Failed(_) | Divert::NoTimer => Outcome::Failed,
+                                // TimedOut, Failed, NoTimer, and any reason a later release adds.
+                                _ => Outcome::Failed,
                             }
                         }
                         Emitted::HandedBack { .. } => Outcome::HandedBack,

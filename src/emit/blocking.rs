@@ -1,5 +1,7 @@
-//! The blocking emitter: the call runs on the caller's thread and is told
-//! its deadline; a call that returns after it counts as timed out.
+//! The blocking emit and replay, of the shared and the per-core emitter
+//! alike (written once over [`Host`]): the call runs on the caller's
+//! thread and is told its deadline; a call that returns after it counts as
+//! timed out.
 
 use super::call::{Host, Outcome};
 use super::replay::Replay;
@@ -43,34 +45,7 @@ impl<T> Emitter<T> {
         class: Priority,
         call: impl FnOnce(&T, &Deadline<'_>) -> Result<O, E>,
     ) -> Emitted<T, O, E> {
-        let inner = &*self.inner;
-        let clock = inner.breaker.clock();
-        let start = clock.raw();
-        let (out, end) = match inner.admit(start) {
-            Err(not) => {
-                let out = inner.divert(trigger, class, not.reason());
-                (out, clock.raw())
-            }
-            Ok((permit, slot)) => {
-                let deadline = Deadline {
-                    clock,
-                    start,
-                    budget: inner.timeout,
-                };
-                let result = match catch_unwind(AssertUnwindSafe(|| call(&trigger, &deadline))) {
-                    Ok(result) => result,
-                    Err(panic) => inner.panicked((permit, slot), trigger, class, start, panic),
-                };
-                let end = clock.raw();
-                drop(slot);
-                let out = inner.settle(permit, result, trigger, class, clock.delta_nanos(start, end));
-                (out, end)
-            }
-        };
-        inner
-            .metrics
-            .emit_time(clock.delta_nanos(start, end), out.is_delivered());
-        out
+        emit_blocking_on(&*self.inner, trigger, class, call)
     }
 
     /// Replays up to `max` queued triggers through `call` on this thread,
@@ -122,22 +97,73 @@ impl<T> Emitter<T> {
     pub fn replay_blocking<O, E>(
         &self,
         max: usize,
-        mut call: impl FnMut(&T, &Deadline<'_>) -> Result<O, E>,
+        call: impl FnMut(&T, &Deadline<'_>) -> Result<O, E>,
     ) -> Replayed<T, E> {
-        let inner = &*self.inner;
-        let clock = inner.breaker.clock();
-        let mut replay = Replay::begin(inner, max);
-        // Each trigger is taken out under a brief lock; none is held while
-        // `call` runs (it may shut the emitter down, drain it, queue by hand).
-        while let Some((mut attempt, ())) = replay.next(|| (clock.raw(), ())) {
-            let deadline = attempt.deadline();
-            let outcome = match catch_unwind(AssertUnwindSafe(|| call(attempt.trigger(), &deadline))) {
-                Ok(result) => Outcome::Done(result),
-                Err(panic) => Outcome::Panicked(panic),
-            };
-            attempt.release_slot();
-            replay.settle(attempt, outcome);
-        }
-        replay.finish()
+        replay_blocking_on(&*self.inner, max, call)
     }
+}
+
+/// The blocking emit over either emitter ([`Host`]): what
+/// [`Emitter::emit_blocking`] and
+/// [`LocalEmitter::emit_blocking`](super::LocalEmitter::emit_blocking)
+/// document, written once (inlined into each: the hot path's instruction
+/// counts are each emitter's own).
+#[inline(always)]
+pub(super) fn emit_blocking_on<T, H: Host<T>, O, E>(
+    host: &H,
+    trigger: T,
+    class: Priority,
+    call: impl FnOnce(&T, &Deadline<'_>) -> Result<O, E>,
+) -> Emitted<T, O, E> {
+    let clock = host.breaker().clock();
+    let start = clock.raw();
+    let (out, end) = match host.admit(start) {
+        Err(not) => {
+            let out = host.divert(trigger, class, not.reason());
+            (out, clock.raw())
+        }
+        Ok((permit, slot)) => {
+            let deadline = Deadline {
+                clock,
+                start,
+                budget: host.timeout(),
+            };
+            let result = match catch_unwind(AssertUnwindSafe(|| call(&trigger, &deadline))) {
+                Ok(result) => result,
+                Err(panic) => host.panicked((permit, slot), trigger, class, start, panic),
+            };
+            let end = clock.raw();
+            drop(slot);
+            let out = host.settle(permit, result, trigger, class, clock.delta_nanos(start, end));
+            (out, end)
+        }
+    };
+    host.emit_time(clock.delta_nanos(start, end), out.is_delivered());
+    out
+}
+
+/// The blocking replay over either emitter ([`Host`]): what
+/// [`Emitter::replay_blocking`] and
+/// [`LocalEmitter::replay_blocking`](super::LocalEmitter::replay_blocking)
+/// document, written once.
+pub(super) fn replay_blocking_on<T, H: Host<T>, O, E>(
+    host: &H,
+    max: usize,
+    mut call: impl FnMut(&T, &Deadline<'_>) -> Result<O, E>,
+) -> Replayed<T, E> {
+    let clock = host.breaker().clock();
+    let mut replay = Replay::begin(host, max);
+    // Each trigger is taken out of the queue (the shared emitter: under a
+    // brief lock); none is held while `call` runs (it may shut the emitter
+    // down, drain it, queue by hand).
+    while let Some((mut attempt, ())) = replay.next(|| (clock.raw(), ())) {
+        let deadline = attempt.deadline();
+        let outcome = match catch_unwind(AssertUnwindSafe(|| call(attempt.trigger(), &deadline))) {
+            Ok(result) => Outcome::Done(result),
+            Err(panic) => Outcome::Panicked(panic),
+        };
+        attempt.release_slot();
+        replay.settle(attempt, outcome);
+    }
+    replay.finish()
 }

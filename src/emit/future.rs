@@ -92,42 +92,58 @@ impl<F: Future, R: Timer> Future for Timed<F, R> {
             catch_unwind(AssertUnwindSafe(|| call.poll(cx)))
         };
         match polled {
-            Ok(Poll::Ready(r)) => return end(this.call, Outcome::Done(r)),
+            Ok(Poll::Ready(r)) => return end(this.call, this.sleep, Outcome::Done(r)),
             Ok(Poll::Pending) => {}
-            Err(panic) => return end(this.call, Outcome::Panicked(panic)),
+            Err(panic) => return end(this.call, this.sleep, Outcome::Panicked(panic)),
         }
+        // The timer is the runtime's code: its panics are caught too, and
+        // end the call as a timer that could not be had (no verdict).
         if this.sleep.is_none() {
             let Some(after) = this.deadline.after() else {
                 return Poll::Pending;
             };
-            match this.timer.sleep(after) {
-                Some(sleep) => this.sleep.set(Some(sleep)),
+            match catch_unwind(AssertUnwindSafe(|| this.timer.sleep(after))) {
+                Ok(Some(sleep)) => this.sleep.set(Some(sleep)),
                 // No timer here (no runtime): cut now rather than hang.
-                None => return end(this.call, Outcome::NoTimer),
+                Ok(None) => return end(this.call, this.sleep, Outcome::NoTimer),
+                Err(panic) => return end(this.call, this.sleep, Outcome::TimerPanicked(panic)),
             }
         }
-        match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
-            Some(Poll::Ready(_)) => end(this.call, Outcome::TimedOut),
-            _ => Poll::Pending,
+        let fired = match this.sleep.as_mut().as_pin_mut() {
+            Some(sleep) => catch_unwind(AssertUnwindSafe(|| sleep.poll(cx).is_ready())),
+            None => Ok(false),
+        };
+        match fired {
+            Ok(true) => end(this.call, this.sleep, Outcome::TimedOut),
+            Ok(false) => Poll::Pending,
+            Err(panic) => end(this.call, this.sleep, Outcome::TimerPanicked(panic)),
         }
     }
 }
 
-/// Drops the call's future inside a catch, then answers `outcome`, or the
-/// panic of that drop (a panic while polling wins over one in the drop,
-/// whose payload is dropped).
-fn end<F: Future>(call: Pin<&mut Option<F>>, outcome: Outcome<F::Output>) -> Poll<Outcome<F::Output>> {
-    let mut call = call;
-    match catch_unwind(AssertUnwindSafe(|| call.set(None))) {
-        Ok(()) => Poll::Ready(outcome),
-        Err(panic) => match outcome {
-            Outcome::Panicked(first) => {
-                crate::events::swallow(panic);
-                Poll::Ready(Outcome::Panicked(first))
-            }
-            _ => Poll::Ready(Outcome::Panicked(panic)),
-        },
+/// Drops the call's future, then the timer's sleep, each inside a catch,
+/// then answers `outcome`, or the panic of the call's drop (a panic while
+/// polling wins over one in the drop, whose payload is dropped). A panic
+/// in the sleep's drop is swallowed (the panic hook has reported it): the
+/// call has ended by then, and its outcome stands (a delivered trigger
+/// must not be queued again).
+fn end<F: Future, S>(
+    mut call: Pin<&mut Option<F>>,
+    mut sleep: Pin<&mut Option<S>>,
+    outcome: Outcome<F::Output>,
+) -> Poll<Outcome<F::Output>> {
+    let call_dropped = catch_unwind(AssertUnwindSafe(|| call.set(None)));
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| sleep.set(None))) {
+        crate::events::swallow(panic);
     }
+    Poll::Ready(match (outcome, call_dropped) {
+        (outcome, Ok(())) => outcome,
+        (Outcome::Panicked(first), Err(later)) => {
+            crate::events::swallow(later);
+            Outcome::Panicked(first)
+        }
+        (_, Err(panic)) => Outcome::Panicked(panic),
+    })
 }
 
 /// Counts an emit whose future was dropped before it finished.
@@ -212,6 +228,10 @@ where
                     Outcome::Panicked(panic) => {
                         guard.armed = false;
                         host.panicked((permit, slot), trigger, class, start, panic)
+                    }
+                    Outcome::TimerPanicked(panic) => {
+                        guard.armed = false;
+                        host.timer_panicked((permit, slot), trigger, class, start, panic)
                     }
                 };
                 (out, end)

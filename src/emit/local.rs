@@ -3,10 +3,9 @@
 //! instead of shared atomics; its outcomes and replay come from the code
 //! both emitters share (`call.rs`, `replay.rs`), over [`Host`].
 
-use super::call::{Host, NotAdmitted, Outcome};
+use super::call::{Host, NotAdmitted};
 use super::metrics::{Count, LocalMetrics};
 use super::pending::{head_first, Pending};
-use super::replay::Replay;
 use super::{Deadline, Emitted, EmitterBuilder, EmitterStats, HandBack, QueueView, Replayed};
 use crate::breaker::Breaker;
 use crate::dlq::{DeadLetterQueue, Priority, Producer, Pushed};
@@ -15,7 +14,6 @@ use crate::sync::{Arc, AtomicUsize, Ordering};
 use crate::{LocalHandle, LocalPermit};
 use core::cell::Cell;
 use core::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 /// One consumer's emit path on one core: the emit path of [`Emitter`](super::Emitter) for a
@@ -56,7 +54,7 @@ use std::time::Duration;
 ///
 /// Cost (callgrind, `benches/instructions.rs`): 161 instructions per
 /// delivered emit with a bulkhead on the coarse clock, 263 per diverted
-/// one (queue drained every 512), against 222 and 354.5 for the shared
+/// one (queue drained every 512), against 193 and 312.5 for the shared
 /// [`Emitter`](super::Emitter).
 ///
 /// Its outcomes ([`Emitted`], [`Divert`](super::Divert), [`Replayed`]), its
@@ -277,32 +275,7 @@ impl<T> LocalEmitter<T> {
         class: Priority,
         call: impl FnOnce(&T, &Deadline<'_>) -> Result<O, E>,
     ) -> Emitted<T, O, E> {
-        let clock = self.breaker.clock();
-        let start = clock.raw();
-        let (out, end) = match self.admit(start) {
-            Err(not) => {
-                let out = self.divert(trigger, class, not.reason());
-                (out, clock.raw())
-            }
-            Ok((permit, slot)) => {
-                let deadline = Deadline {
-                    clock,
-                    start,
-                    budget: self.timeout,
-                };
-                let result = match catch_unwind(AssertUnwindSafe(|| call(&trigger, &deadline))) {
-                    Ok(result) => result,
-                    Err(panic) => self.panicked((permit, slot), trigger, class, start, panic),
-                };
-                let end = clock.raw();
-                drop(slot);
-                let out = self.settle(permit, result, trigger, class, clock.delta_nanos(start, end));
-                (out, end)
-            }
-        };
-        self.metrics
-            .emit_time(clock.delta_nanos(start, end), out.is_delivered());
-        out
+        super::blocking::emit_blocking_on(self, trigger, class, call)
     }
 
     /// As [`Emitter::replay_blocking`](super::Emitter::replay_blocking), on
@@ -335,20 +308,9 @@ impl<T> LocalEmitter<T> {
     pub fn replay_blocking<O, E>(
         &self,
         max: usize,
-        mut call: impl FnMut(&T, &Deadline<'_>) -> Result<O, E>,
+        call: impl FnMut(&T, &Deadline<'_>) -> Result<O, E>,
     ) -> Replayed<T, E> {
-        let clock = self.breaker.clock();
-        let mut replay = Replay::begin(self, max);
-        while let Some((mut attempt, ())) = replay.next(|| (clock.raw(), ())) {
-            let deadline = attempt.deadline();
-            let outcome = match catch_unwind(AssertUnwindSafe(|| call(attempt.trigger(), &deadline))) {
-                Ok(result) => Outcome::Done(result),
-                Err(panic) => Outcome::Panicked(panic),
-            };
-            attempt.release_slot();
-            replay.settle(attempt, outcome);
-        }
-        replay.finish()
+        super::blocking::replay_blocking_on(self, max, call)
     }
 
     /// As [`Emitter::enqueue`](super::Emitter::enqueue): queues `trigger`

@@ -198,7 +198,11 @@ struct Inner<T> {
 /// assert!(matches!(out, Emitted::Diverted { reason: Divert::Failed("503"), .. }));
 /// # Ok::<(), tailguard::ConfigError>(())
 /// ```
+///
+/// New reasons may come in a minor release (as `NoTimer` did with the
+/// timers): a `match` on it needs a `_` arm.
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Divert<E> {
     /// The breaker rejected the call (open, every probe slot taken, or
     /// forced open); the consumer was not called.

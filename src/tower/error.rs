@@ -21,7 +21,11 @@ use super::BreakerService;
 /// assert_eq!(err.to_string(), "breaker rejected the request: circuit open; next probe in 1s");
 /// # Ok::<(), tailguard::ConfigError>(())
 /// ```
+///
+/// New kinds may come in a minor release (as `NoTimer` did with the
+/// timers): a `match` on it needs a `_` arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum BreakerError<E> {
     /// The breaker rejected the request (open, every probe slot taken, or
     /// forced open); the inner service was not called.

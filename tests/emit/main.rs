@@ -25,5 +25,6 @@ mod per_core_async;
 mod replay;
 mod shutdown;
 mod timeouts;
+mod timer_panics;
 #[cfg(feature = "tokio")]
 mod tokio_clock;

@@ -40,9 +40,13 @@ fn expected(rows: &[ConsumerSnapshot]) -> BTreeMap<Key, Sample> {
     let mut out = BTreeMap::new();
     for r in rows {
         let c = &*r.name;
+        let core = r.core.map(|n| n.to_string());
         let s = &r.snapshot;
         let mut put = |metric: &str, extra: &[(&str, &str)], kind: Kind, v: f64| {
             let mut labels = vec![("consumer", c)];
+            if let Some(core) = &core {
+                labels.push(("core", core));
+            }
             labels.extend_from_slice(extra);
             assert!(
                 out.insert(key(metric, &labels), Sample(kind, v)).is_none(),
@@ -961,4 +965,87 @@ fn the_emitter_families_are_written_in_their_order() {
         ],
         "{text}"
     );
+}
+
+/// A per-core breaker (`Registry::get_or_create(("pricing", 3), ..)`) is
+/// exported under its consumer's name with a `core` label on every one of
+/// its series (histogram buckets, labelled families, queue classes and an
+/// attached per-core emitter's counters included), beside a shared breaker
+/// of another consumer without one; `sum by (consumer)` over the cores is
+/// the consumer whole. Issue 20.
+#[test]
+fn per_core_breakers_carry_a_core_label_on_every_series() {
+    use tailguard::emit::LocalEmitter;
+    let registry = Registry::new();
+    let clock = ManualClock::new();
+    let mut queues = Vec::new();
+    for core in [0u32, 1] {
+        let b = registry
+            .get_or_create(("pricing", core), || {
+                Breaker::builder()
+                    .clock(clock.clone())
+                    .ticker(false)
+                    .local_handles(1)
+                    .latency_threshold(50 * MS)
+            })
+            .unwrap();
+        let h = b.local_handle().unwrap();
+        for i in 0..(10 + core) {
+            h.allow().unwrap().record_latency((1 + i) * MS, true);
+        }
+        let q = DeadLetterQueue::<u32>::with_capacity(4).unwrap();
+        assert!(q.push(core, Priority::Routine).is_ok());
+        registry.attach_fallback(("pricing", core), q.producer()).unwrap();
+        queues.push(q);
+    }
+    let ledger = registry
+        .get_or_create("ledger", || Breaker::builder().clock(clock.clone()).ticker(false))
+        .unwrap();
+    ledger.allow().unwrap().record_latency(MS, true);
+    clock.advance(SEC);
+    registry.for_each(|_, b| {
+        b.tick();
+    });
+    let text = encode_text(&registry);
+    let rows = registry.consumers();
+    assert_eq!(
+        rows.iter().map(|r| (&*r.name, r.core)).collect::<Vec<_>>(),
+        [("ledger", None), ("pricing", Some(0)), ("pricing", Some(1))]
+    );
+    let want = expected(&rows);
+    let got = parsed(&text);
+    for (k, v) in &want {
+        assert_eq!(got.get(k), Some(v), "series {k:?} in\n{text}");
+    }
+    for k in got.keys() {
+        assert!(want.contains_key(k), "unexpected series {k:?} in\n{text}");
+    }
+    // Every pricing series has a core; no ledger series has one.
+    for (name, labels) in got.keys() {
+        let consumer = labels.iter().find(|(k, _)| k == "consumer").map(|(_, v)| v.as_str());
+        let core = labels.iter().any(|(k, _)| k == "core");
+        assert_eq!(core, consumer == Some("pricing"), "{name} {labels:?}");
+    }
+    let calls = |core: &str| got[&key("breaker_calls_total", &[("consumer", "pricing"), ("core", core)])].1;
+    assert_eq!((calls("0"), calls("1")), (10.0, 11.0));
+    assert!(
+        text.contains("breaker_state{consumer=\"pricing\",core=\"1\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains("breaker_mode{consumer=\"pricing\",core=\"0\",mode=\"normal\"} 1\n"));
+
+    // An attached per-core emitter's series carry the core too.
+    let b = registry.get(("pricing", 1)).unwrap();
+    let e = LocalEmitter::builder(b, DeadLetterQueue::with_capacity(4).unwrap())
+        .build_local()
+        .unwrap();
+    registry.attach_local_emitter(("pricing", 1), &e).unwrap();
+    let _ = e.emit_blocking(5u32, Priority::Routine, |_, _| Ok::<_, ()>(()));
+    let text = encode_text(&registry);
+    assert!(
+        text.contains("breaker_emits_delivered_total{consumer=\"pricing\",core=\"1\"} 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("breaker_emit_seconds_count{consumer=\"pricing\",core=\"1\"} 1\n"));
+    drop(queues);
 }

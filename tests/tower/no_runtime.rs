@@ -48,3 +48,42 @@ fn a_pending_request_outside_any_runtime_fails_as_no_timer_and_gives_its_slots_b
     assert_eq!((bulkhead.in_flight(), b.snapshot().probes_in_flight), (0, 0));
     assert_eq!(b.state(), State::HalfOpen, "no verdict: the probe was cancelled");
 }
+
+/// A timer that panics making its sleep: the panic goes through the
+/// response future (src/timer.rs, `Timer::sleep`: "The tower layer's
+/// future lets the panic through; dropped, it gives back its slots and
+/// cancels its permit"): no verdict on the consumer, the bulkhead and the
+/// probe slot back once the future is gone. Issue 20.
+#[test]
+fn a_timer_that_panics_goes_through_and_the_dropped_request_gives_its_slots_back() {
+    #[derive(Clone)]
+    struct Panicking;
+    impl tailguard::timer::Timer for Panicking {
+        type Sleep = std::future::Pending<()>;
+        fn sleep(&self, _after: std::time::Duration) -> Option<Self::Sleep> {
+            panic!("this runtime's timer panics")
+        }
+    }
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = BreakerLayer::new(b.clone())
+        .bulkhead(bulkhead.clone())
+        .timeout(200 * MS)
+        .unwrap()
+        .timer(Panicking)
+        .classify(ErrorsOnly);
+    b.trip_now();
+    clock.advance(60 * SEC); // the next request is the probe
+    let mut svc = layer.layer(hanging(&calls));
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| block_on(svc.call(()))));
+    assert!(run.is_err(), "the timer's panic goes through");
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    assert_eq!((bulkhead.in_flight(), b.snapshot().probes_in_flight), (0, 0));
+    assert_eq!(b.state(), State::HalfOpen, "no verdict: the probe was cancelled");
+    // The slots are free: a ready request is the probe, and closes it.
+    let mut ready = layer.layer(service_fn(|n: u32| async move { Ok::<_, ()>(n) }));
+    assert!(matches!(block_on(ready.call(7)), Ok(7)));
+    assert_eq!(b.state(), State::Closed);
+}
