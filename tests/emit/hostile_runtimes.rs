@@ -157,6 +157,11 @@ fn must_panic<R>(f: impl FnOnce() -> R) {
     assert!(catch_unwind(AssertUnwindSafe(f)).is_err(), "expected a panic");
 }
 
+/// Runs `f`, whether it panics or not (what is asserted is what it left).
+fn panic_or_not<R>(f: impl FnOnce() -> R) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
+}
+
 /// A breaker on `clock` whose backoff is over: its next call is the one probe.
 fn half_open(clock: &ManualClock) -> Breaker {
     let b = breaker(clock);
@@ -184,12 +189,12 @@ fn assert_slots_free(b: &Breaker, bulkhead: &Bulkhead) {
 // The shared emitter's async emit and replay over hostile timers.
 // ---------------------------------------------------------------------------
 
-/// src/emit/future.rs (`emit`): "Dropping the returned future ... gives the
-/// bulkhead slot and the breaker permit back (a probe's slot included) and
-/// drops the trigger, counted in cancelled". A timer whose `sleep` panics
-/// (a contract breach: "Must not panic for a missing runtime") unwinds out
-/// of the emit's poll and the caller drops the emit: its probe and bulkhead
-/// slots must come back and the identities hold.
+/// src/timer.rs (`Timer::sleep`, since main's f1c45bb): "If it panics
+/// anyway (or its sleep does when polled), an emit's call is cut as for
+/// `None` (slots given back, permit cancelled, the trigger queued, counted
+/// in `diverted_no_timer`), and then the panic goes on". A timer whose
+/// `sleep` panics, in HALF_OPEN behind a one-slot bulkhead: both slots
+/// back, no verdict, the trigger queued, the identities kept.
 #[test]
 fn a_timer_that_panics_as_it_arms_gives_back_both_slots_and_keeps_the_identities() {
     let clock = ManualClock::new();
@@ -199,7 +204,11 @@ fn a_timer_that_panics_as_it_arms_gives_back_both_slots_and_keeps_the_identities
     assert_slots_free(&b, &bulkhead);
     assert_eq!(b.state(), State::HalfOpen, "no verdict on the consumer");
     let s = e.stats();
-    assert_eq!(s.cancelled, 1, "{s:?}");
+    assert_eq!(
+        (s.diverted_no_timer, s.queued, s.cancelled),
+        (1, 1, 0),
+        "(diverted_no_timer, queued, cancelled)"
+    );
     assert_conserved(&s, 1);
     // Nothing stuck: the next probe closes the breaker.
     assert!(block_on(e.emit_with(Never, 2, Priority::Routine, |_| async { Ok::<_, ()>(()) })).is_delivered());
@@ -208,10 +217,9 @@ fn a_timer_that_panics_as_it_arms_gives_back_both_slots_and_keeps_the_identities
 }
 
 /// As above, for a sleep that panics when polled: both slots back, the
-/// emit counted cancelled, the identities kept; and the replay's trigger
-/// kept at the head with no attempt used, its turn given back (src/emit/
-/// replay.rs: "a replay dropped mid-call keeps its trigger there with no
-/// attempt used").
+/// trigger queued (`diverted_no_timer`), the identities kept; and in
+/// replay ("a replay keeps its trigger at the head, no attempt used") the
+/// trigger kept first, the turn given back.
 #[test]
 fn a_sleep_that_panics_when_polled_gives_back_both_slots_and_loses_no_queued_trigger() {
     let clock = ManualClock::new();
@@ -223,6 +231,7 @@ fn a_sleep_that_panics_when_polled_gives_back_both_slots_and_loses_no_queued_tri
         }))
     });
     assert_slots_free(&b, &bulkhead);
+    assert_eq!((e.stats().diverted_no_timer, e.stats().queued), (1, 1));
     assert_conserved(&e.stats(), 1);
 
     b.reset();
@@ -239,23 +248,23 @@ fn a_sleep_that_panics_when_polled_gives_back_both_slots_and_loses_no_queued_tri
         seen.push(*t);
         async { Ok::<_, ()>(()) }
     }));
-    assert_eq!((r.delivered, seen), (2, vec![10, 11]));
+    assert_eq!((r.delivered, seen), (3, vec![1, 10, 11]));
     assert_conserved(&e.stats(), 1);
 }
 
 /// src/emit/mod.rs: "nothing is dropped silently", and the counters'
-/// docs: `delivered` is "Emits that delivered their trigger"; `cancelled`
-/// is "async emits whose future was dropped, and calls that panicked when
-/// the queue could not take their trigger". A call that completes `Ok`
-/// (the consumer has the trigger) under a timer whose sleep panics when it
-/// is dropped: the emit is neither dropped by its caller nor a panicking
-/// call, so it must count delivered, and the breaker must get its verdict.
+/// docs: `delivered` is "Emits that delivered their trigger"; src/timer.rs
+/// (since main's f1c45bb): "A panic in the sleep's drop, after the call
+/// ended, is swallowed: the call's outcome stands". A call that completes
+/// `Ok` under a timer whose sleep panics when dropped: delivered, judged
+/// by the breaker, not cancelled. (A finding before f1c45bb: counted
+/// cancelled, no verdict.)
 #[test]
 fn a_sleep_panicking_in_its_drop_after_a_delivered_call_still_counts_it_delivered() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
     let e = emitter::<u64>(&b, 8);
-    must_panic(|| {
+    panic_or_not(|| {
         block_on(e.emit_with(Hostile(SleepKind::PanicOnDrop), 1, Priority::Routine, |_| {
             pending_once(Ok::<_, ()>(()))
         }))
@@ -276,7 +285,8 @@ fn a_sleep_panicking_in_its_drop_after_a_delivered_call_still_counts_it_delivere
 /// queued: "the consumer has it: queueing it would deliver it twice". A
 /// replay whose call completes `Ok` under a timer whose sleep panics when
 /// dropped: the trigger was delivered once, and must not be kept at the
-/// head to be delivered again by the next replay.
+/// head to be delivered again by the next replay. (A finding before main's
+/// f1c45bb: delivered twice.)
 #[test]
 fn a_sleep_panicking_in_its_drop_after_a_delivered_replay_call_does_not_deliver_it_twice() {
     let clock = ManualClock::new();
@@ -284,7 +294,7 @@ fn a_sleep_panicking_in_its_drop_after_a_delivered_replay_call_does_not_deliver_
     let e = emitter::<u64>(&b, 8);
     let _ = e.enqueue(7, Priority::Routine);
     let deliveries = Cell::new(0);
-    must_panic(|| {
+    panic_or_not(|| {
         block_on(e.replay_with(Hostile(SleepKind::PanicOnDrop), 10, |_| {
             deliveries.set(deliveries.get() + 1);
             pending_once(Ok::<_, ()>(()))
@@ -1481,22 +1491,23 @@ fn a_local_async_emit_with_a_huge_budget_on_tokios_clock_and_no_timer_is_cut_at_
     );
 }
 
-/// As the shared emitter's finding above, on the per-core emitter: a call
-/// delivered (`Ok`) under a sleep that panics in its drop is counted
-/// cancelled, and in replay it is kept at the head and delivered again.
+/// As above, on the per-core emitter: a call delivered (`Ok`) under a
+/// sleep that panics in its drop counts delivered, and in replay is not
+/// kept at the head to be delivered again. (A finding before main's
+/// f1c45bb: counted cancelled, and delivered twice.)
 #[test]
 fn a_local_sleep_panicking_in_its_drop_after_a_delivered_call_counts_it_delivered_once() {
     let clock = ManualClock::new();
     let b = core_breaker(&clock);
     let e = local::<u64>(&b, 8);
-    must_panic(|| {
+    panic_or_not(|| {
         block_on(e.emit_with(Hostile(SleepKind::PanicOnDrop), 1, Priority::Routine, |_| {
             pending_once(Ok::<_, ()>(()))
         }))
     });
     let _ = e.enqueue(2, Priority::Routine);
     let deliveries = Cell::new(0);
-    must_panic(|| {
+    panic_or_not(|| {
         block_on(e.replay_with(Hostile(SleepKind::PanicOnDrop), 10, |_| {
             deliveries.set(deliveries.get() + 1);
             pending_once(Ok::<_, ()>(()))
@@ -1603,7 +1614,10 @@ fn next_due_is_no_later_than_a_recovery_ramps_end() {
 /// whose call was pending on a tokio runtime (its `TokioTimer` sleep armed
 /// there), polled again once that runtime is gone (dropped: a shut-down
 /// service, a future kept past its runtime): no panic, the call cut (as
-/// for no timer) or left pending, the slots intact.
+/// for no timer) or left pending, the slots intact. (Since main's f1c45bb
+/// the sleep's panic is caught, the trigger queued as `diverted_no_timer`,
+/// and the panic then goes on: tokio's own timer still panics for a
+/// missing runtime, which `Timer::sleep` says it "Must not".)
 #[cfg(feature = "tokio")]
 #[test]
 fn an_emit_polled_after_its_tokio_runtime_is_gone_does_not_panic() {
