@@ -34,7 +34,10 @@
 //! [`Divert::NoTimer`](crate::emit::Divert::NoTimer) (counted in
 //! [`EmitterStats::diverted_no_timer`](crate::emit::EmitterStats::diverted_no_timer)),
 //! a replay keeps it at the head with no attempt used and stops with that
-//! reason, and the tower layer answers `BreakerError::NoTimer`.
+//! reason, and the tower layer answers `BreakerError::NoTimer`. A timer
+//! that panics (making its sleep, or its sleep when polled: tokio's, once
+//! its runtime has been shut down under a future still being polled) is
+//! taken the same way: no timer to be had, and no panic comes out.
 //!
 //! # Your own runtime's timer
 //!
@@ -110,13 +113,13 @@ pub trait Timer {
     /// the call is then cut at once, and the outcome says so (see
     /// [No timer to be had](crate::timer#no-timer-to-be-had)). Must not panic for
     /// a missing runtime. If it panics anyway (or its sleep does when
-    /// polled), an emit's call is cut as for `None` (slots given back,
-    /// permit cancelled, the trigger queued, counted in
-    /// `diverted_no_timer`), and then the panic goes on; a replay keeps its
-    /// trigger at the head, no attempt used. The tower layer's future lets
-    /// the panic through; dropped, it gives back its slots and cancels its
-    /// permit, as any dropped request does. A panic in the sleep's drop,
-    /// after the call ended, is swallowed: the call's outcome stands.
+    /// polled, as tokio's does once its runtime is shut down), it is no
+    /// timer to be had, as `None` is: an emit's call is cut (slots given
+    /// back, permit cancelled, the trigger diverted with `NoTimer`), a
+    /// replay keeps its trigger at the head with no attempt used, the tower
+    /// layer fails with `NoTimer`; the panic does not go on (the panic hook
+    /// has reported it). A panic in the sleep's drop, after the call ended,
+    /// is swallowed too: the call's outcome stands.
     ///
     /// ```
     /// use std::time::Duration;

@@ -157,13 +157,20 @@ impl Inner {
     /// latency threshold if no lease is stamped yet (a probe just admitted).
     #[cold]
     fn probes_decided_in(&self, word: Word, now: u64) -> u64 {
+        self.first_lease_end(word)
+            .map_or(self.config.threshold_ns, |end| end.saturating_sub(now))
+    }
+
+    /// When the earliest stamped lease of `word`'s round ends (a tick then
+    /// re-opens the breaker if its probe has not answered); `None` if no
+    /// probe of the round holds a stamped lease.
+    pub(super) fn first_lease_end(&self, word: Word) -> Option<u64> {
         let round = self.state.full_generation(word);
         self.leases
             .iter()
             .filter(|l| l.tag.load(Ordering::Acquire) == round)
             .map(|l| l.since.load(Ordering::Acquire).saturating_add(self.config.lease_ns))
             .min()
-            .map_or(self.config.threshold_ns, |end| end.saturating_sub(now))
     }
 
     /// The permit of a probe whose slot the CAS to `word` took: its lease

@@ -430,10 +430,16 @@ impl Breaker {
     }
 
     /// How long from now until [`tick`](Self::tick) next has work to do:
-    /// the end of the window in progress, or, when OPEN, the end of its
-    /// backoff if that is sooner (then the next tick moves it to HALF_OPEN
-    /// without waiting for a caller). [`Duration::ZERO`] when it is due
-    /// already. Ticking earlier does nothing but the check (see
+    /// the end of the window in progress, or sooner, when OPEN, the end of
+    /// its backoff (then the next tick moves it to HALF_OPEN without
+    /// waiting for a caller), in HALF_OPEN the end of the first probe's
+    /// lease (the tick re-opens if that probe has not answered), or the end
+    /// of a recovery ramp (the tick ends it). [`Duration::ZERO`] when it is
+    /// due already. A clock stepped back since the last tick is rebased
+    /// here as that tick would rebase it, so the forecast holds across the
+    /// step. (The flapping flag is cleared by the first tick after its
+    /// cycles age out, not on a timer of its own.) Ticking earlier does
+    /// nothing but the check (see
     /// `guide::design`, "Runtimes that own their timers", for its cost);
     /// ticking later closes the windows that ended meanwhile as one span.
     ///

@@ -137,6 +137,16 @@ impl Inner {
             .is_some_and(|ramp| ramp.ended.swap(false, Ordering::AcqRel))
     }
 
+    /// When the ramp of `word` runs its course (a tick then ends it), if
+    /// `word` is ramping.
+    pub(super) fn ramp_end(&self, word: Word) -> Option<u64> {
+        let ramp = self.ramp.as_deref()?;
+        if !word.ramping() {
+            return None;
+        }
+        ramp.published(word).map(|since| since.saturating_add(ramp.ramp_ns))
+    }
+
     /// For window close: ends a ramp that ran its course by `now`; returns
     /// whether it did.
     pub(super) fn end_ramp_if_due(&self, now: u64) -> bool {

@@ -548,23 +548,39 @@ impl Inner {
     }
 
     /// How long after `now` a tick next has work: the end of the window in
-    /// progress, `window_end`, or the end of an OPEN's backoff if sooner.
+    /// progress, `window_end`, or sooner the end of an OPEN's backoff (the
+    /// tick moves it to HALF_OPEN), of a probe's lease (the tick re-opens
+    /// if it has not answered), or of a recovery ramp (the tick ends it).
     fn due_after(&self, window_end: u64, now: u64) -> u64 {
-        let mut until = window_end.saturating_sub(now);
         let word = self.state.load();
-        if word.state() == State::Open {
-            if let Some(deadline) = self.published_deadline(word) {
-                until = until.min(deadline.saturating_sub(now));
-            }
-        }
-        until
+        let sooner = match word.state() {
+            State::Open => self.published_deadline(word),
+            State::HalfOpen if word.probes() > 0 => self.first_lease_end(word),
+            _ => None,
+        };
+        [Some(window_end), sooner, self.ramp_end(word)]
+            .into_iter()
+            .flatten()
+            .map(|at| at.saturating_sub(now))
+            .min()
+            .unwrap_or(0)
     }
 
-    /// `Breaker::next_due`: from the breaker's time now (never before the
-    /// last close's).
+    /// `Breaker::next_due`: from the breaker's time now. A clock stepped
+    /// back since the last close is rebased to that close's time here, as
+    /// the next tick would rebase it (`advance_time`), so that the time
+    /// this forecasts is the time that tick reads.
     pub(super) fn next_due(&self) -> u64 {
         let window_end = self.tick.lock().window_end;
-        self.due_after(window_end, self.now_floored(self.clock.raw()))
+        let raw = self.clock.raw();
+        let floor = self.floor.load(Ordering::Acquire);
+        let signed = self.signed_now(raw);
+        let now = if signed < floor as i64 {
+            self.raise_floor(raw, floor)
+        } else {
+            signed as u64
+        };
+        self.due_after(window_end, now)
     }
 }
 

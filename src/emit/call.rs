@@ -43,9 +43,6 @@ pub(super) enum Outcome<R> {
     TimedOut,
     NoTimer,
     Panicked(Box<dyn Any + Send>),
-    /// The timer panicked (making its sleep, or polled): the call is cut
-    /// as for `NoTimer`, then the panic goes on.
-    TimerPanicked(Box<dyn Any + Send>),
 }
 
 /// A breaker permit's verdicts, for [`Host::Permit`].
@@ -189,42 +186,11 @@ pub(super) trait Host<T> {
     ) -> ! {
         drop(slot);
         let clock = self.breaker().clock();
-        permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, clock.raw())), false);
-        self.unwind_with(trigger, class, start, Count::DivertedFailed, panic)
-    }
-
-    /// An async emit whose timer panicked (making its sleep, or polled), at
-    /// `start`: the call was cut (its future dropped); the bulkhead slot
-    /// goes back and the permit is cancelled (no verdict: the timer's fault
-    /// says nothing of the consumer), the trigger is queued as a
-    /// [`Divert::NoTimer`] would be (counted in `diverted_no_timer`) if
-    /// the queue takes it, then the panic resumes. What the queue cannot
-    /// take is dropped with the unwinding, as for [`panicked`](Self::panicked).
-    #[cold]
-    fn timer_panicked(
-        &self,
-        (permit, slot): (Self::Permit<'_>, Option<Self::Slot<'_>>),
-        trigger: T,
-        class: Priority,
-        start: u64,
-        panic: Box<dyn Any + Send>,
-    ) -> ! {
-        drop(slot);
-        drop(permit);
-        self.unwind_with(trigger, class, start, Count::DivertedNoTimer, panic)
-    }
-
-    /// The rest of [`panicked`](Self::panicked) and
-    /// [`timer_panicked`](Self::timer_panicked): queues the trigger
-    /// (counted in `diverted`, with an emit time) or counts it dropped,
-    /// then resumes the panic.
-    #[cold]
-    fn unwind_with(&self, trigger: T, class: Priority, start: u64, diverted: Count, panic: Box<dyn Any + Send>) -> ! {
-        let clock = self.breaker().clock();
         let end = clock.raw();
+        permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, end)), false);
         match self.enqueue(trigger, class) {
             Ok(pushed) => {
-                self.metrics_count(diverted);
+                self.metrics_count(Count::DivertedFailed);
                 if let Pushed::Displaced(..) = pushed {
                     self.metrics_count(Count::Displaced);
                     self.metrics_count(Count::PanicDropped);

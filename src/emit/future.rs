@@ -56,16 +56,18 @@ enum When {
 }
 
 impl When {
-    /// How long the timer is to sleep, armed now; `None` when the deadline
-    /// is too far to represent (no timer then: a budget of centuries).
-    /// Reads no clock but tokio's, for `At` (the breaker's then).
-    fn after(self) -> Option<Duration> {
+    /// How long the timer is to sleep, armed now: `Duration::MAX` when the
+    /// deadline is too far to represent (a budget of centuries: the timer
+    /// is still asked, so that where there is none the call is cut rather
+    /// than left pending forever). Reads no clock but tokio's, for `At`
+    /// (the breaker's then).
+    fn after(self) -> Duration {
         match self {
             #[cfg(feature = "tokio")]
-            When::At(at) => Some(at.saturating_duration_since(Instant::now())),
+            When::At(at) => at.saturating_duration_since(Instant::now()),
             #[cfg(feature = "tokio")]
-            When::Never => None,
-            When::Budget(budget) => Some(budget),
+            When::Never => Duration::MAX,
+            When::Budget(budget) => budget,
         }
     }
 }
@@ -96,17 +98,20 @@ impl<F: Future, R: Timer> Future for Timed<F, R> {
             Ok(Poll::Pending) => {}
             Err(panic) => return end(this.call, this.sleep, Outcome::Panicked(panic)),
         }
-        // The timer is the runtime's code: its panics are caught too, and
-        // end the call as a timer that could not be had (no verdict).
+        // The timer is the runtime's code: a panic of it (making its sleep,
+        // or the sleep polled: tokio's, once its runtime is shut down) is
+        // no timer to be had, as a `None` is (the panic hook has reported
+        // it; the payload is dropped).
         if this.sleep.is_none() {
-            let Some(after) = this.deadline.after() else {
-                return Poll::Pending;
-            };
+            let after = this.deadline.after();
             match catch_unwind(AssertUnwindSafe(|| this.timer.sleep(after))) {
                 Ok(Some(sleep)) => this.sleep.set(Some(sleep)),
                 // No timer here (no runtime): cut now rather than hang.
                 Ok(None) => return end(this.call, this.sleep, Outcome::NoTimer),
-                Err(panic) => return end(this.call, this.sleep, Outcome::TimerPanicked(panic)),
+                Err(panic) => {
+                    crate::events::swallow(panic);
+                    return end(this.call, this.sleep, Outcome::NoTimer);
+                }
             }
         }
         let fired = match this.sleep.as_mut().as_pin_mut() {
@@ -116,7 +121,10 @@ impl<F: Future, R: Timer> Future for Timed<F, R> {
         match fired {
             Ok(true) => end(this.call, this.sleep, Outcome::TimedOut),
             Ok(false) => Poll::Pending,
-            Err(panic) => end(this.call, this.sleep, Outcome::TimerPanicked(panic)),
+            Err(panic) => {
+                crate::events::swallow(panic);
+                end(this.call, this.sleep, Outcome::NoTimer)
+            }
         }
     }
 }
@@ -228,10 +236,6 @@ where
                     Outcome::Panicked(panic) => {
                         guard.armed = false;
                         host.panicked((permit, slot), trigger, class, start, panic)
-                    }
-                    Outcome::TimerPanicked(panic) => {
-                        guard.armed = false;
-                        host.timer_panicked((permit, slot), trigger, class, start, panic)
                     }
                 };
                 (out, end)

@@ -352,10 +352,6 @@ impl<'a, T, E, H: Host<T> + 'a> Replay<'a, T, E, H> {
                 drop(permit); // cancelled: no verdict on the consumer
                 Divert::NoTimer // not `called`: no attempt used, kept at the head
             }
-            Outcome::TimerPanicked(panic) => {
-                drop(permit); // cancelled: no verdict, no attempt used
-                resume_unwind(panic) // `held` keeps the trigger at the head
-            }
             Outcome::Panicked(panic) => {
                 permit.record_latency(elapsed, false);
                 if let Some(p) = held.item.as_mut() {

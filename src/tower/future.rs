@@ -177,32 +177,56 @@ where
         let Some(budget_ns) = *this.timeout_ns else {
             return Poll::Pending;
         };
+        // The timer is the runtime's code: a panic of it (making its sleep,
+        // or the sleep polled: tokio's, once its runtime is shut down) is
+        // no timer to be had, as a `None` is (the panic hook has reported
+        // it; the payload is dropped).
+        let mut no_timer = false;
         if sleep.is_none() {
             let permit = this.permit.as_ref().expect("a called request holds its permit");
             let left = budget_ns.saturating_sub(elapsed_ns(permit));
-            match timer.sleep(Duration::from_nanos(left)) {
-                Some(armed) => *sleep = Some(Box::pin(armed)),
-                None => {
-                    // No timer here (no runtime): cut now, no verdict,
-                    // rather than run with no deadline.
-                    let permit = this.permit.take().expect("a called request holds its permit");
-                    this._slot.take();
-                    this.kind.set(Kind::Done);
-                    drop(permit); // cancelled: a probe's slot goes back
-                    return Poll::Ready(Err(BreakerError::NoTimer));
+            match catch_unwind(AssertUnwindSafe(|| timer.sleep(Duration::from_nanos(left)))) {
+                Ok(Some(armed)) => *sleep = Some(Box::pin(armed)),
+                Ok(None) => no_timer = true,
+                Err(panic) => {
+                    crate::events::swallow(panic);
+                    no_timer = true;
                 }
             }
         }
-        match sleep.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
-            Some(Poll::Ready(_)) => {
-                let permit = this.permit.take().expect("a called request holds its permit");
-                let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));
-                permit.record_timeout(elapsed);
-                this._slot.take();
-                this.kind.set(Kind::Done);
-                Poll::Ready(Err(BreakerError::TimedOut(elapsed)))
+        let fired = match sleep.as_mut().filter(|_| !no_timer) {
+            Some(armed) => match catch_unwind(AssertUnwindSafe(|| armed.as_mut().poll(cx).is_ready())) {
+                Ok(fired) => fired,
+                Err(panic) => {
+                    crate::events::swallow(panic);
+                    no_timer = true;
+                    false
+                }
+            },
+            None => false,
+        };
+        if no_timer {
+            // No timer here (no runtime): cut now, no verdict, rather than
+            // run with no deadline. The inner future's destructor is its
+            // code: a panic there is a failed call, as in `poll`.
+            let permit = this.permit.take().expect("a called request holds its permit");
+            this._slot.take();
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
+                let latency = Duration::from_nanos(elapsed_ns(&permit));
+                permit.record_latency(latency, false);
+                resume_unwind(panic)
             }
-            _ => Poll::Pending,
+            drop(permit); // cancelled: a probe's slot goes back
+            return Poll::Ready(Err(BreakerError::NoTimer));
         }
+        if !fired {
+            return Poll::Pending;
+        }
+        let permit = this.permit.take().expect("a called request holds its permit");
+        let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));
+        permit.record_timeout(elapsed);
+        this._slot.take();
+        this.kind.set(Kind::Done);
+        Poll::Ready(Err(BreakerError::TimedOut(elapsed)))
     }
 }

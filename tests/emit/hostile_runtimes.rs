@@ -189,10 +189,10 @@ fn assert_slots_free(b: &Breaker, bulkhead: &Bulkhead) {
 // The shared emitter's async emit and replay over hostile timers.
 // ---------------------------------------------------------------------------
 
-/// src/timer.rs (`Timer::sleep`, since main's f1c45bb): "If it panics
-/// anyway (or its sleep does when polled), an emit's call is cut as for
-/// `None` (slots given back, permit cancelled, the trigger queued, counted
-/// in `diverted_no_timer`), and then the panic goes on". A timer whose
+/// src/timer.rs (`Timer::sleep`): "If it panics anyway (or its sleep
+/// does when polled), it is no timer to be had: an emit's call is cut as
+/// for `None` (slots given back, permit cancelled, the trigger queued,
+/// counted in `diverted_no_timer`)". A timer whose
 /// `sleep` panics, in HALF_OPEN behind a one-slot bulkhead: both slots
 /// back, no verdict, the trigger queued, the identities kept.
 #[test]
@@ -200,7 +200,17 @@ fn a_timer_that_panics_as_it_arms_gives_back_both_slots_and_keeps_the_identities
     let clock = ManualClock::new();
     let b = half_open(&clock);
     let (bulkhead, e) = one_slot_emitter(&b);
-    must_panic(|| block_on(e.emit_with(PanickingTimer, 1, Priority::Routine, |_| pending::<Result<(), ()>>())));
+    let out = block_on(e.emit_with(PanickingTimer, 1, Priority::Routine, |_| pending::<Result<(), ()>>()));
+    assert!(
+        matches!(
+            out,
+            Emitted::Diverted {
+                reason: Divert::NoTimer,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
     assert_slots_free(&b, &bulkhead);
     assert_eq!(b.state(), State::HalfOpen, "no verdict on the consumer");
     let s = e.stats();
@@ -225,11 +235,19 @@ fn a_sleep_that_panics_when_polled_gives_back_both_slots_and_loses_no_queued_tri
     let clock = ManualClock::new();
     let b = half_open(&clock);
     let (bulkhead, e) = one_slot_emitter(&b);
-    must_panic(|| {
-        block_on(e.emit_with(Hostile(SleepKind::PanicOnPoll), 1, Priority::Routine, |_| {
-            pending::<Result<(), ()>>()
-        }))
-    });
+    let out = block_on(e.emit_with(Hostile(SleepKind::PanicOnPoll), 1, Priority::Routine, |_| {
+        pending::<Result<(), ()>>()
+    }));
+    assert!(
+        matches!(
+            out,
+            Emitted::Diverted {
+                reason: Divert::NoTimer,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
     assert_slots_free(&b, &bulkhead);
     assert_eq!((e.stats().diverted_no_timer, e.stats().queued), (1, 1));
     assert_conserved(&e.stats(), 1);
@@ -237,7 +255,8 @@ fn a_sleep_that_panics_when_polled_gives_back_both_slots_and_loses_no_queued_tri
     b.reset();
     let _ = e.enqueue(10, Priority::Routine);
     let _ = e.enqueue(11, Priority::Routine);
-    must_panic(|| block_on(e.replay_with(Hostile(SleepKind::PanicOnPoll), 10, |_| pending::<Result<(), ()>>())));
+    let r = block_on(e.replay_with(Hostile(SleepKind::PanicOnPoll), 10, |_| pending::<Result<(), ()>>()));
+    assert_eq!(r.stopped, Some(ReplayStop::Failed(Divert::NoTimer)));
     assert_eq!(bulkhead.in_flight(), 0);
     let s = e.stats();
     assert!(s.pending, "the trigger in flight is kept at the head: {s:?}");

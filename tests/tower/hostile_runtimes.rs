@@ -205,11 +205,11 @@ fn an_inner_future_panicking_in_its_drop_at_its_timeout_counts_the_timeout() {
     assert_eq!(b.state(), State::Open, "a timed-out probe re-opens");
 }
 
-/// src/tower/mod.rs: "Dropping the response future ... gives the bulkhead
-/// slot back and cancels the permit: a probe's slot is returned at once".
-/// A timer whose `sleep` panics, or whose sleep panics when polled, unwinds
-/// out of the response future's poll; the caller then drops it: both slots
-/// come back, no verdict, and the next request is the probe again.
+/// src/timer.rs (`Timer::sleep`): a timer that panics "(or its sleep
+/// does when polled) ... is no timer to be had"; the layer then fails with
+/// `BreakerError::NoTimer`. A timer whose `sleep` panics, or whose sleep
+/// panics when polled: the request fails as no timer, no panic comes out,
+/// both slots come back, no verdict, and the next request is the probe.
 #[test]
 fn a_timer_or_sleep_that_panics_gives_back_both_slots_with_no_verdict() {
     for which in ["sleep() panics", "poll panics"] {
@@ -217,19 +217,20 @@ fn a_timer_or_sleep_that_panics_gives_back_both_slots_with_no_verdict() {
         let b = half_open(&clock);
         let bulkhead = Bulkhead::new(1).unwrap();
         let l = layer(&b, &bulkhead, 200 * MS);
-        if which == "sleep() panics" {
+        let err = if which == "sleep() panics" {
             let mut svc = l
                 .clone()
                 .timer(PanickingTimer)
                 .layer(service_fn(|()| pending::<Result<(), ()>>()));
-            must_panic(|| block_on(svc.call(())));
+            block_on(svc.call(())).unwrap_err()
         } else {
             let mut svc = l
                 .clone()
                 .timer(Hostile(SleepKind::PanicOnPoll))
                 .layer(service_fn(|()| pending::<Result<(), ()>>()));
-            must_panic(|| block_on(svc.call(())));
-        }
+            block_on(svc.call(())).unwrap_err()
+        };
+        assert!(matches!(err, BreakerError::NoTimer), "{which}: {err:?}");
         assert_slots_free(&b, &bulkhead);
         assert_eq!(b.state(), State::HalfOpen, "{which}: no verdict");
         let mut ok = l.timer(Never).layer(service_fn(|()| async { Ok::<_, ()>(()) }));
