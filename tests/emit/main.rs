@@ -15,6 +15,7 @@ mod cancellation;
 #[cfg(feature = "tokio")]
 mod consumers;
 mod hostile_runtimes;
+mod hostile_runtimes_2;
 #[cfg(feature = "tokio")]
 mod no_runtime;
 mod outcomes;

@@ -7,6 +7,8 @@ mod support;
 
 mod flapping;
 mod fleet;
+#[cfg(feature = "prometheus")]
+mod hostile_core_labels;
 mod hostile_fleet;
 // Its figures are for a build without `tracing`, whose event queue every
 // breaker then keeps.

@@ -12,6 +12,7 @@ mod support;
 mod async_io;
 mod fail_fast;
 mod hostile_runtimes;
+mod hostile_runtimes_2;
 mod hyper_client;
 mod judging;
 mod no_runtime;
