@@ -36,7 +36,7 @@
 //! | `breaker_emits_diverted_total{reason}` | counter | triggers queued: `open`, `bulkhead_full`, `timed_out`, `failed`, `no_timer` |
 //! | `breaker_emits_handed_back_total{reason}` | counter | triggers handed back to the router: `queue_full`, `shut_down` |
 //! | `breaker_replayed_total`, `breaker_replay_handed_back_total` | counter | queued triggers delivered by replay / handed back after their last attempt |
-//! | `breaker_bulkhead_in_flight{bulkhead}`, `breaker_bulkhead_max_in_flight{bulkhead}` | gauge | calls in a bulkhead / its bound, once per bulkhead: the `bulkhead` label (and no `consumer` label) names the consumers whose emitters share it, joined by `+` (`dispatch+pricing`; a `+` or `\` within a name is escaped with `\`), so that a bulkhead shared by several emitters is not counted once per emitter |
+//! | `breaker_bulkhead_in_flight{bulkhead}`, `breaker_bulkhead_max_in_flight{bulkhead}` | gauge | calls in a bulkhead / its bound, once per bulkhead: the `bulkhead` label (and no `consumer` label) names the consumers whose emitters share it, joined by `+` (`dispatch+pricing`; a per-core breaker as `name@core`, `pricing@3`; a `+`, `@` or `\` within a name is escaped with `\`), so that a bulkhead shared by several emitters is not counted once per emitter |
 //! | `breaker_bulkhead_rejected_total` | counter | calls of the consumer's emitter its bulkhead refused: its own share, so a sum over consumers counts each refusal once |
 //! | `breaker_fallback_depth`, `breaker_fallback_capacity` | gauge | items in / size of the attached dead-letter queue (only consumers with one) |
 //! | `breaker_fallback_class_depth{class}` | gauge | items of each class (`idle`, `routine`, `critical`) in the queue |

@@ -37,8 +37,9 @@ struct Entry {
 }
 
 /// One bulkhead as a scrape reads it: the label naming the consumers that
-/// share it (their names in order, joined by `+`, a `+` or `\` within a
-/// name escaped with `\`), calls in flight, bound.
+/// share it (their names in order, joined by `+`, a per-core breaker's as
+/// `name@core`, a `+`, `@` or `\` within a name escaped with `\`), calls
+/// in flight, bound.
 #[cfg(feature = "prometheus")]
 pub(crate) struct BulkheadRow {
     pub(crate) label: String,
@@ -486,10 +487,12 @@ impl Registry {
         for (name, cores) in self.entries.read().iter() {
             for (core, e) in cores {
                 let Some(b) = &e.bulkhead else { continue };
-                // A per-core breaker's name in the label: `name@core`.
+                // Each name escaped (`\\`, `\+`, `\@`), then a per-core
+                // breaker's core after an unescaped `@`: `name@core`.
+                let escaped = name.replace('\\', "\\\\").replace('+', "\\+").replace('@', "\\@");
                 let name = match core {
-                    None => name.to_string(),
-                    Some(core) => format!("{name}@{core}"),
+                    None => escaped,
+                    Some(core) => format!("{escaped}@{core}"),
                 };
                 match found.iter_mut().find(|(seen, _)| seen.ptr_eq(b)) {
                     Some((_, names)) => names.push(name),
@@ -500,14 +503,11 @@ impl Registry {
         found
             .into_iter()
             .map(|(b, names)| BulkheadRow {
-                // `+` between names, and escaped within one (`\+`, `\\`), so
-                // that no two bulkheads share a label: a consumer belongs to
-                // one bulkhead, and the names say which.
-                label: names
-                    .iter()
-                    .map(|n| n.replace('\\', "\\\\").replace('+', "\\+"))
-                    .collect::<Vec<_>>()
-                    .join("+"),
+                // `+` between names, and escaped within one (`\+`, `\\`, and
+                // `\@` beside a core's `@`), so that no two bulkheads share a
+                // label: a breaker belongs to one bulkhead, and the names say
+                // which.
+                label: names.join("+"),
                 in_flight: b.in_flight(),
                 max_in_flight: b.max_in_flight(),
             })
@@ -637,7 +637,9 @@ impl UnknownConsumer {
             .iter()
             .map(|(k, cores)| (edit_distance(&lower, &k.to_lowercase()), k, cores))
             .filter(|(d, k, _)| *d <= (name.chars().count().max(k.chars().count()) / 3).max(1))
-            .min_by_key(|(d, _, _)| *d)
+            // The exact name first among equals (another core of it,
+            // before a case variant).
+            .min_by_key(|(d, k, _)| (*d, &***k != name))
             .map(|(_, k, cores)| {
                 let core = if cores.contains_key(&key.core) {
                     key.core

@@ -435,9 +435,10 @@ impl Breaker {
     /// waiting for a caller), in HALF_OPEN the end of the first probe's
     /// lease (the tick re-opens if that probe has not answered), or the end
     /// of a recovery ramp (the tick ends it). [`Duration::ZERO`] when it is
-    /// due already. A clock stepped back since the last tick is rebased
-    /// here as that tick would rebase it, so the forecast holds across the
-    /// step. (The flapping flag is cleared by the first tick after its
+    /// due already, and also when the clock stepped back since the last
+    /// tick: that tick absorbs the step (the breaker's time resumes from
+    /// the last close's), and `next_due` after it says when the window
+    /// ends; asking changes nothing. (The flapping flag is cleared by the first tick after its
     /// cycles age out, not on a timer of its own.) Ticking earlier does
     /// nothing but the check (see
     /// `guide::design`, "Runtimes that own their timers", for its cost);

@@ -567,20 +567,18 @@ impl Inner {
     }
 
     /// `Breaker::next_due`: from the breaker's time now. A clock stepped
-    /// back since the last close is rebased to that close's time here, as
-    /// the next tick would rebase it (`advance_time`), so that the time
-    /// this forecasts is the time that tick reads.
+    /// back since the last close: due now, since the next tick has work
+    /// (it absorbs the step, `advance_time`: the breaker's time resumes
+    /// from the last close's at that tick's reading, which this cannot
+    /// know); this changes nothing itself.
     pub(super) fn next_due(&self) -> u64 {
         let window_end = self.tick.lock().window_end;
-        let raw = self.clock.raw();
         let floor = self.floor.load(Ordering::Acquire);
-        let signed = self.signed_now(raw);
-        let now = if signed < floor as i64 {
-            self.raise_floor(raw, floor)
-        } else {
-            signed as u64
-        };
-        self.due_after(window_end, now)
+        let signed = self.signed_now(self.clock.raw());
+        if signed < floor as i64 {
+            return 0;
+        }
+        self.due_after(window_end, signed as u64)
     }
 }
 

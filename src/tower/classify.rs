@@ -83,6 +83,7 @@ impl<B> Classify<http::Response<B>> for ServerErrors {
 ///     Err(BreakerError::NotReady(e)) => println!("client not ready: {e}"),
 ///     // Not timed: no tokio runtime here (see `tailguard::timer`).
 ///     Err(BreakerError::NoTimer) => println!("cut: no timer to be had"),
+///     Err(other) => println!("{other}"), // a kind a later release adds
 /// }
 /// # Ok(())
 /// # }

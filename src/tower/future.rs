@@ -148,6 +148,8 @@ where
             let latency = Duration::from_nanos(latency_ns);
             // The inner future is dropped now, and its destructor is its
             // code too: a panic there is a failed call, like one in `poll`.
+            // The sleep goes first, on its own (its panic is the timer's).
+            drop_sleep(sleep);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
                 this._slot.take();
                 permit.record_latency(latency, false);
@@ -211,6 +213,7 @@ where
             // code: a panic there is a failed call, as in `poll`.
             let permit = this.permit.take().expect("a called request holds its permit");
             this._slot.take();
+            drop_sleep(sleep);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
                 let latency = Duration::from_nanos(elapsed_ns(&permit));
                 permit.record_latency(latency, false);
@@ -226,7 +229,17 @@ where
         let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));
         permit.record_timeout(elapsed);
         this._slot.take();
+        drop_sleep(sleep);
         this.kind.set(Kind::Done);
         Poll::Ready(Err(BreakerError::TimedOut(elapsed)))
+    }
+}
+
+/// Drops an armed sleep inside a catch: a panic in its drop is the
+/// timer's, swallowed (the panic hook has reported it), so that the
+/// request's outcome stands (src/timer.rs, `Timer::sleep`).
+fn drop_sleep<S>(sleep: &mut Option<Pin<Box<S>>>) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| *sleep = None)) {
+        crate::events::swallow(panic);
     }
 }

@@ -1264,10 +1264,13 @@ fn next_due_when_open_is_the_backoffs_end_and_after_a_reset_the_windows() {
 }
 
 /// src/breaker/mod.rs (`next_due`): "How long from now until `tick` next
-/// has work to do: the end of the window in progress". After the clock
-/// steps back a year (with no tick in between), a runtime that sleeps for
-/// `next_due` and ticks must see the window close: that is the promise a
-/// runtime arms its one timer on.
+/// has work to do: the end of the window in progress"; ZERO "also when the
+/// clock stepped back since the last tick: that tick absorbs the step ...
+/// and `next_due` after it says when the window ends". After the clock
+/// steps back a year (with no tick in between), a runtime that follows
+/// `next_due` (tick, ask, sleep that long, tick) must see the window close:
+/// that is the promise a runtime arms its one timer on. (A finding of the
+/// review: `next_due` said 1 s, and a tick then closed nothing.)
 #[test]
 fn a_tick_at_next_due_closes_the_window_after_the_clock_stepped_back() {
     let clock = ManualClock::new();
@@ -1277,6 +1280,10 @@ fn a_tick_at_next_due_closes_the_window_after_the_clock_stepped_back() {
     b.tick();
     let closed = b.snapshot().window.closed_at;
     clock.rewind(365 * DAY);
+    assert_eq!(b.next_due(), Duration::ZERO, "the step back is the next tick's work");
+    assert_eq!(b.next_due(), Duration::ZERO, "asking changes nothing");
+    b.tick(); // absorbs the step
+    assert_eq!(b.snapshot().window.closed_at, closed, "nothing closed yet");
     let due = b.next_due();
     assert!(due > Duration::ZERO && due <= SEC, "{due:?}");
     clock.advance(due);
