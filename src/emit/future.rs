@@ -141,8 +141,11 @@ fn end<F: Future, S>(
     outcome: Outcome<F::Output>,
 ) -> Poll<Outcome<F::Output>> {
     let call_dropped = catch_unwind(AssertUnwindSafe(|| call.set(None)));
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| sleep.set(None))) {
-        crate::events::swallow(panic);
+    // A call ready on its first poll never armed a sleep: nothing to catch.
+    if sleep.is_some() {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| sleep.set(None))) {
+            crate::events::swallow(panic);
+        }
     }
     Poll::Ready(match (outcome, call_dropped) {
         (outcome, Ok(())) => outcome,

@@ -238,7 +238,16 @@ where
 /// Drops an armed sleep inside a catch: a panic in its drop is the
 /// timer's, swallowed (the panic hook has reported it), so that the
 /// request's outcome stands (src/timer.rs, `Timer::sleep`).
+/// Most requests never arm one: then there is nothing to catch.
+#[inline]
 fn drop_sleep<S>(sleep: &mut Option<Pin<Box<S>>>) {
+    if sleep.is_some() {
+        drop_armed_sleep(sleep);
+    }
+}
+
+#[cold]
+fn drop_armed_sleep<S>(sleep: &mut Option<Pin<Box<S>>>) {
     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| *sleep = None)) {
         crate::events::swallow(panic);
     }
