@@ -427,6 +427,25 @@ fn threads(c: &mut Criterion) {
             });
         }
         if name == "coarse" {
+            // Shards grow with the threads that call: a breaker configured
+            // for 64 shards, called from one thread and from two.
+            let wide = Breaker::builder()
+                .clock(ClockSource::coarse())
+                .ticker(false)
+                .shards(64)
+                .build()
+                .expect("valid config");
+            for n in [1usize, 2] {
+                let id = format!("{name}/shared_64_shards/{n}");
+                g.bench_function(&id, |b| {
+                    b.iter_custom(|iters| {
+                        timed_threads(vec![&wide; n], iters, |br| {
+                            br.allow().expect("closed").record_latency(black_box(LATENCY), true)
+                        })
+                    })
+                });
+            }
+            assert_still_closed(&wide);
             // The owned handles record without read-modify-write whatever
             // the clock; one clock is enough.
             for n in [1usize, 2] {

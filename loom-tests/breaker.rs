@@ -18,7 +18,7 @@
 //! | lease expiry against the probe's verdict (`breaker/window.rs`, `breaker/admission.rs`) | `a_probe_verdict_racing_its_lease_expiry_decides_the_round_once` |
 //! | rounds and generations: the 64-bit generation, stale verdicts (`state.rs`, `breaker/transition.rs`, `breaker/permit.rs`) | `a_stale_generation_result_changes_nothing`, `a_probe_from_an_old_round_never_decides_the_new_one` |
 //! | OPEN deadline published after the trip, withdrawn after the OPEN, and the time OPEN summed as it is withdrawn (`breaker/open.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected`, `time_open_is_read_once_against_a_racing_end_and_re_open` |
-//! | window close against records into shared shards (`shard.rs`, `breaker/window.rs`) | `counters_are_conserved_across_a_concurrent_tick` |
+//! | window close against records into shared shards; shards built by a thread's first call, published once (`shard.rs`, `sync.rs`'s `OnceBox`, `breaker/window.rs`, `breaker/flight.rs`) | `counters_are_conserved_across_a_concurrent_tick`, `a_shard_built_by_a_first_call_during_a_close_counts_it_once` |
 //! | owned handles: single-writer shards read by window close, shards handed out by CAS (`shard.rs`, `breaker/permit.rs`) | `local_handle_records_are_conserved_across_a_concurrent_tick`, `a_local_shard_is_handed_out_once` |
 //! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag; generation tags keeping calls after a transition from those before it (`flight.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`, `a_call_admitted_after_a_transition_is_never_claimed_with_those_before` |
 //! | tasks parked elsewhere, woken by a transition into OPEN (`breaker/watch.rs`) | `a_parked_task_is_woken_or_sees_the_breaker_open` |
@@ -173,6 +173,40 @@ fn counters_are_conserved_across_a_concurrent_tick() {
         assert_eq!(second.calls, second.slow);
         assert_eq!(first.calls + second.calls, 2);
         assert_eq!(first.errors + second.errors, 2);
+    });
+}
+
+/// A shard is built by the first call of a thread that maps to it (the
+/// two threads here race to build the same one): a first call racing a
+/// close, with in-flight tracking on, is counted exactly once, as slow,
+/// whether the close finds its shard built, finds it mid-call and claims
+/// it in flight, or misses it and leaves it to the next close.
+#[test]
+fn a_shard_built_by_a_first_call_during_a_close_counts_it_once() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .shards(1)
+            .track_in_flight(true)
+            .latency_threshold(SEC)
+            .build()
+            .unwrap();
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let b = b.clone();
+                thread::spawn(move || {
+                    b.allow().unwrap().record_latency(2 * SEC, false);
+                })
+            })
+            .collect();
+        clock.advance(3 * SEC);
+        b.tick();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        clock.advance(SEC);
+        b.tick();
+        let totals = b.snapshot().totals;
+        assert_eq!((totals.calls, totals.slow, totals.errors), (2, 2, 2));
     });
 }
 

@@ -159,7 +159,7 @@ const _: () = assert!(MAX_ROLLING_WINDOWS <= u16::MAX as u64);
 /// Most owned per-core handles (one bit each in a `u64`).
 const MAX_LOCAL_HANDLES: usize = 64;
 /// Most shared counter shards.
-const MAX_SHARDS: usize = 1024;
+pub(crate) const MAX_SHARDS: usize = 1024;
 
 impl Breaker {
     /// A builder with the defaults (see [`BreakerBuilder`]).
@@ -484,7 +484,21 @@ impl BreakerBuilder {
     /// Number of shared counter shards, rounded up to a power of two
     /// (default: the available parallelism, rounded up). Accepted: 1 to 1024.
     ///
+    /// This is how many shards the breaker *may* grow: each thread records
+    /// into the shard its index maps to, and a shard is built (640 bytes,
+    /// one allocation) by the first call of a thread that maps to it. A
+    /// breaker configured for 64 shards and called from two threads holds
+    /// two shards and 64 eight-byte slots, and its window close merges two.
+    ///
     /// ```
+    /// let wide = tailguard::Breaker::builder().shards(64).build().unwrap();
+    /// let before = wide.memory_bytes();
+    /// wide.allow().unwrap().record(true); // this thread's first call
+    /// let one = wide.memory_bytes();
+    /// assert!(one > before); // builds this thread's shard
+    /// wide.allow().unwrap().record(true);
+    /// assert_eq!(wide.memory_bytes(), one); // and later calls use it
+    ///
     /// let err = tailguard::Breaker::builder().shards(0).build().unwrap_err();
     /// assert_eq!(err.field(), "shards");
     /// ```

@@ -8,6 +8,12 @@
 //! come from the buckets at window close, and the slow count is exact (see
 //! `sketch::bucket_of`); a failed call adds one more `fetch_add` on `errors`.
 //!
+//! A shared shard is built by the first call of a thread that maps to it
+//! (each slot a set-once pointer, `sync::OnceBox`): the shard count a
+//! breaker is configured with (the machine's cores by default) bounds its
+//! shards, and the threads that call it decide how many it holds and how
+//! many window close merges.
+//!
 //! # Buckets
 //! The latency buckets are the sketch's (see `sketch.rs`): a record adds one
 //! to the bucket of its latency (`sketch::bucket_of`), which counts the call and,
@@ -41,7 +47,7 @@
 
 use crate::flight::InFlight;
 use crate::sketch::{is_slow_bucket, key_index, sketch_key, BUCKETS, STRADDLE};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, OnceBox, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Buckets are 16-bit lanes, four to an `AtomicU64`: window close reads a
@@ -295,10 +301,20 @@ impl LocalShard {
 }
 
 /// All of a breaker's shards.
+///
+/// The shared shards are grown on demand: a slot holds its shard only once
+/// a thread whose index maps to it records, rejects or enters a call (its
+/// first call builds the shard, off the hot path; every later one finds it
+/// with one load). A breaker configured for 64 shards but called from two
+/// threads holds two, and window close merges two: memory and close cost
+/// follow the threads that use the breaker, not the machine's cores. A
+/// shard, once built, is kept until the breaker is dropped.
 #[derive(Debug)]
 pub(crate) struct Shards {
-    shared: Box<[CachePadded<Shard>]>,
+    shared: Box<[OnceBox<CachePadded<Shard>>]>,
     mask: usize,
+    /// Whether each shard keeps in-flight slots (read when building one).
+    track_in_flight: bool,
     pub(crate) local: Box<[CachePadded<LocalShard>]>,
     /// The bucket of the latency threshold.
     pub(crate) threshold_index: usize,
@@ -308,36 +324,57 @@ impl Shards {
     pub(crate) fn new(shared: usize, local: usize, track_in_flight: bool, threshold_ns: u64) -> Self {
         debug_assert!(shared.is_power_of_two());
         Self {
-            shared: (0..shared)
-                .map(|_| CachePadded::new(Shard::new(track_in_flight)))
-                .collect(),
+            shared: (0..shared).map(|_| OnceBox::new()).collect(),
             mask: shared - 1,
+            track_in_flight,
             local: (0..local).map(|_| CachePadded::new(LocalShard::new())).collect(),
             threshold_index: key_index(threshold_ns),
         }
     }
 
-    /// The shard of the calling thread.
+    /// The shard of the calling thread, built by its first call.
     #[inline(always)]
     pub(crate) fn mine(&self) -> &Shard {
-        &self.shared[self.mine_index()]
+        self.mine_indexed().1
     }
 
-    /// The index of the calling thread's shard.
+    /// The index of the calling thread's shard, and the shard (built by
+    /// its first call).
     #[inline(always)]
-    pub(crate) fn mine_index(&self) -> usize {
-        thread_index() & self.mask
+    pub(crate) fn mine_indexed(&self) -> (usize, &Shard) {
+        let index = thread_index() & self.mask;
+        let slot = &self.shared[index];
+        let shard = match slot.get() {
+            Some(shard) => shard,
+            None => slot.get_or_init(|| CachePadded::new(Shard::new(self.track_in_flight))),
+        };
+        (index, shard)
     }
 
-    pub(crate) fn shared(&self) -> &[CachePadded<Shard>] {
-        &self.shared
+    /// The shard at `index`, if one was built there.
+    #[inline]
+    pub(crate) fn shard(&self, index: usize) -> Option<&Shard> {
+        self.shared.get(index)?.get().map(|s| &**s)
+    }
+
+    /// The shared shards built so far, with their indices.
+    pub(crate) fn built(&self) -> impl Iterator<Item = (usize, &Shard)> {
+        self.shared
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| slot.get().map(|s| (i, &**s)))
+    }
+
+    /// How many shared shards the breaker may grow (a power of two).
+    pub(crate) fn capacity(&self) -> usize {
+        self.shared.len()
     }
 
     /// Starts loading the lines a drain reads first: each shared shard's
     /// counters and marks.
     #[cfg(not(tailguard_loom))]
     pub(crate) fn prefetch(&self) {
-        for s in self.shared.iter() {
+        for (_, s) in self.built() {
             crate::sync::prefetch((&s.touched as *const AtomicU64).cast(), 1);
             crate::sync::prefetch((&s.errors as *const AtomicU64).cast(), 1);
         }
@@ -346,7 +383,7 @@ impl Shards {
     /// Starts loading the bucket words the shared shards mark as in use.
     #[cfg(not(tailguard_loom))]
     pub(crate) fn prefetch_marked(&self) {
-        for s in self.shared.iter() {
+        for (_, s) in self.built() {
             let mut words = s.touched.load(Ordering::Relaxed) & ((1 << WORDS) - 1);
             while words != 0 {
                 let w = words.trailing_zeros() as usize;
@@ -361,11 +398,6 @@ impl Shards {
     /// bucket more than once when some of it overflowed into a carry.
     pub(crate) fn drain(&self, into: &mut Counts, mut sketch: impl FnMut(i32, u64)) {
         let t = self.threshold_index;
-        // Errors first: a record adds to its bucket before its error, so an
-        // error taken here usually has its call taken below or earlier. Not
-        // always: a record whose bucket word was marked by another record
-        // that has not set the mark yet is read at the next close. Nothing
-        // is lost or counted twice; window judgement caps errors at calls.
         // Loads before swaps: most counters are zero most windows.
         let take = |cell: &AtomicU64| {
             if cell.load(Ordering::Relaxed) == 0 {
@@ -374,17 +406,7 @@ impl Shards {
                 cell.swap(0, Ordering::AcqRel)
             }
         };
-        for s in self.shared.iter() {
-            into.errors += take(&s.errors);
-            into.cancelled += take(&s.cancelled);
-            into.stale += take(&s.stale);
-        }
-        for s in self.local.iter() {
-            into.errors += delta(&s.errors, &s.seen[BUCKETS]);
-            into.cancelled += delta(&s.cancelled, &s.seen[BUCKETS + 1]);
-            into.stale += delta(&s.stale, &s.seen[BUCKETS + 2]);
-        }
-        let mut add = |bucket: usize, n: u64, into: &mut Counts| {
+        let add = |bucket: usize, n: u64, into: &mut Counts, sketch: &mut dyn FnMut(i32, u64)| {
             if n != 0 {
                 into.calls += n;
                 if is_slow_bucket(bucket, t) {
@@ -396,27 +418,57 @@ impl Shards {
                 sketch(sketch_key(bucket, t), n);
             }
         };
-        // Which words to visit: those touched in any shared shard (the
-        // marks are taken before the words, so a word marked after this is
-        // visited next time), and every word if there are local shards. A
-        // shard's carries are read only when it marked them in use.
+        // One pass over the shards built so far (a shard built after the
+        // pass passed its slot is read at the next close), merging their
+        // bucket words into `merged`; `visit` marks the words any shard
+        // had in use.
+        let mut merged = [0u64; WORDS * LANES];
         let mut visit = 0u64;
-        for s in self.shared.iter() {
+        for (_, s) in self.built() {
+            // Errors first: a record adds to its bucket before its error,
+            // so an error taken here usually has its call taken below or
+            // earlier. Not always: a record whose bucket word was marked by
+            // another record that has not set the mark yet is read at the
+            // next close. Nothing is lost or counted twice; window judgement
+            // caps errors at calls.
+            into.errors += take(&s.errors);
+            into.cancelled += take(&s.cancelled);
+            into.stale += take(&s.stale);
+            // The marks are taken before the words: a word marked after
+            // this is visited next time. The carries are read only when
+            // the shard marked them in use.
             let m = take(&s.touched);
-            visit |= m;
-            if m & (1 << CARRIED) == 0 {
-                continue;
-            }
-            for carry in &s.carries {
-                let v = take(carry);
-                if v != 0 {
-                    add((v >> TAG_SHIFT) as usize - 1, v & COUNT_MASK, into);
+            if m & (1 << CARRIED) != 0 {
+                for carry in &s.carries {
+                    let v = take(carry);
+                    if v != 0 {
+                        add((v >> TAG_SHIFT) as usize - 1, v & COUNT_MASK, into, &mut sketch);
+                    }
+                }
+                if let Some(table) = s.overflow.get() {
+                    for (bucket, cell) in table.iter().enumerate() {
+                        add(bucket, take(cell), into, &mut sketch);
+                    }
                 }
             }
-            if let Some(table) = s.overflow.get() {
-                for (bucket, cell) in table.iter().enumerate() {
-                    add(bucket, take(cell), into);
+            let mut words = m & ((1 << WORDS) - 1);
+            visit |= words;
+            while words != 0 {
+                let w = words.trailing_zeros() as usize;
+                words &= words - 1;
+                let v = take(&s.buckets[w]);
+                for (lane, m) in merged[w * LANES..(w + 1) * LANES].iter_mut().enumerate() {
+                    *m += (v >> (16 * lane)) & LANE_MASK;
                 }
+            }
+        }
+        // The single-writer shards: their differences, in every bucket.
+        for s in self.local.iter() {
+            into.errors += delta(&s.errors, &s.seen[BUCKETS]);
+            into.cancelled += delta(&s.cancelled, &s.seen[BUCKETS + 1]);
+            into.stale += delta(&s.stale, &s.seen[BUCKETS + 2]);
+            for (bucket, m) in merged[..BUCKETS].iter_mut().enumerate() {
+                *m += delta(&s.buckets[bucket], &s.seen[bucket]);
             }
         }
         if !self.local.is_empty() {
@@ -426,22 +478,12 @@ impl Shards {
         while words != 0 {
             let w = words.trailing_zeros() as usize;
             words &= words - 1;
-            let mut merged = [0u64; LANES];
-            for s in self.shared.iter() {
-                let v = take(&s.buckets[w]);
-                for (lane, m) in merged.iter_mut().enumerate() {
-                    *m += (v >> (16 * lane)) & LANE_MASK;
-                }
-            }
-            for (lane, m) in merged.iter_mut().enumerate() {
+            for lane in 0..LANES {
                 let bucket = w * LANES + lane;
                 if bucket >= BUCKETS {
                     break;
                 }
-                for s in self.local.iter() {
-                    *m += delta(&s.buckets[bucket], &s.seen[bucket]);
-                }
-                add(bucket, *m, into);
+                add(bucket, merged[bucket], into, &mut sketch);
             }
         }
     }
@@ -449,7 +491,7 @@ impl Shards {
     /// Rejections so far, summed over the shards.
     pub(crate) fn rejections(&self) -> crate::report::Rejections {
         let sum = |i: usize| -> u64 {
-            let shared = self.shared.iter().map(|s| s.rejected[i].load(Ordering::Relaxed));
+            let shared = self.built().map(|(_, s)| s.rejected[i].load(Ordering::Relaxed));
             let local = self.local.iter().map(|s| s.rejected[i].load(Ordering::Relaxed));
             shared.chain(local).fold(0, u64::wrapping_add)
         };
@@ -463,9 +505,10 @@ impl Shards {
 
     /// Bytes held by the shards (for the memory figure).
     pub(crate) fn heap_bytes(&self) -> usize {
-        let shared = self.shared.len() * core::mem::size_of::<CachePadded<Shard>>()
-            + self.shared.iter().filter(|s| s.in_flight.is_some()).count() * core::mem::size_of::<InFlight>()
-            + self.shared.iter().filter(|s| s.overflow.get().is_some()).count()
+        let shared = self.shared.len() * core::mem::size_of::<OnceBox<CachePadded<Shard>>>()
+            + self.built().count() * core::mem::size_of::<CachePadded<Shard>>()
+            + self.built().filter(|(_, s)| s.in_flight.is_some()).count() * core::mem::size_of::<InFlight>()
+            + self.built().filter(|(_, s)| s.overflow.get().is_some()).count()
                 * core::mem::size_of::<[AtomicU64; BUCKETS]>();
         let local = self.local.len()
             * (core::mem::size_of::<CachePadded<LocalShard>>() + (BUCKETS + 3) * core::mem::size_of::<AtomicU64>());

@@ -23,9 +23,9 @@ impl Inner {
     #[inline]
     pub(super) fn enter_flight(&self, start_raw: u64, word: Word) -> u64 {
         let epoch = self.now_floored(start_raw) / self.epoch_ns;
-        let index = self.shards.mine_index();
+        let (index, shard) = self.shards.mine_indexed();
         let gen = gen_tag(word);
-        match self.shards.shared()[index].in_flight() {
+        match shard.in_flight() {
             Some(slots) if slots.enter(epoch, gen) => {
                 if self.state.load().generation() != word.generation() {
                     return if slots.leave(epoch, gen) { 0 } else { CLAIMED };
@@ -45,7 +45,7 @@ impl Inner {
             return false;
         }
         let (epoch, index) = entered(aux);
-        match self.shards.shared()[index].in_flight() {
+        match self.shards.shard(index).and_then(|s| s.in_flight()) {
             Some(slots) => slots.leave(epoch, gen_tag(word)),
             None => true,
         }
@@ -60,8 +60,24 @@ impl Inner {
     /// (a step back in between), which would date that call before the
     /// claim's time.
     pub(super) fn claim_in_flight(&self, word: Word, how: Claim) -> Claimed {
-        let slots = || self.shards.shared().iter().filter_map(|s| s.in_flight());
-        slots().for_each(|s| s.begin_close());
+        // The shards built by the time the close marks them, remembered: a
+        // shard built later (a thread's first call, during the close) is
+        // one whose calls enter after the close, as if it had come after
+        // `end_close`, and the claim and the unmarking visit exactly the
+        // marked slots.
+        let mut marked = [0u64; crate::builder::MAX_SHARDS / 64];
+        for (i, s) in self.shards.built() {
+            if let Some(f) = s.in_flight() {
+                f.begin_close();
+                marked[i / 64] |= 1 << (i % 64);
+            }
+        }
+        let slots = || {
+            self.shards
+                .built()
+                .filter(|&(i, _)| marked[i / 64] & (1 << (i % 64)) != 0)
+                .filter_map(|(_, s)| s.in_flight())
+        };
         let now = self.now_from_raw(self.clock.raw());
         let target = now.saturating_sub(self.config.threshold_ns) / self.epoch_ns;
         let gen = gen_tag(word);

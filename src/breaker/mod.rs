@@ -764,13 +764,14 @@ impl Breaker {
     }
 
     /// Bytes this breaker holds: its own struct, its counter shards (with
-    /// their latency buckets; one per shard, plus one per reserved local
-    /// handle), its in-flight slots if tracking is on, its probe leases, its
+    /// their latency buckets; one per shared shard built so far, a slot per
+    /// shard it may grow, and one per reserved local handle), its in-flight
+    /// slots if tracking is on, its probe leases, its
     /// rolling-window ring, its flapping ring, its event queue (with a
     /// listener or the `tracing` feature) and its name. A listener's own
     /// captures are not counted. The figures measured at the defaults are
-    /// in [`guide::figures`](crate::guide::figures) (2,616 bytes with two
-    /// shards).
+    /// in [`guide::figures`](crate::guide::figures) (2,632 bytes with two
+    /// shards in use).
     ///
     /// ```
     /// let small = tailguard::Breaker::builder().shards(1).build().unwrap();
@@ -796,7 +797,7 @@ impl Breaker {
     /// Number of shared counter shards (a power of two): what other
     /// per-thread counters of the same consumer size themselves by.
     pub(crate) fn shard_count(&self) -> usize {
-        self.inner.shards.shared().len()
+        self.inner.shards.capacity()
     }
 
     /// Whether a call now would be refused for certain, and how: OPEN with
