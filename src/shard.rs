@@ -370,26 +370,25 @@ impl Shards {
         self.shared.len()
     }
 
-    /// Starts loading the lines a drain reads first: each shared shard's
-    /// counters and marks.
+    /// Starts loading the slots a drain reads first (the pointers to the
+    /// shards built so far).
     #[cfg(not(tailguard_loom))]
     pub(crate) fn prefetch(&self) {
-        for (_, s) in self.built() {
-            crate::sync::prefetch((&s.touched as *const AtomicU64).cast(), 1);
-            crate::sync::prefetch((&s.errors as *const AtomicU64).cast(), 1);
-        }
+        crate::sync::prefetch(
+            self.shared.as_ptr().cast(),
+            core::mem::size_of_val::<[OnceBox<CachePadded<Shard>>]>(&self.shared),
+        );
     }
 
-    /// Starts loading the bucket words the shared shards mark as in use.
+    /// Once the slots are in: starts loading each built shard's counters,
+    /// marks and bucket words (its carries are read only when marked, and
+    /// rarely). Reads the slots, not the shards.
     #[cfg(not(tailguard_loom))]
     pub(crate) fn prefetch_marked(&self) {
         for (_, s) in self.built() {
-            let mut words = s.touched.load(Ordering::Relaxed) & ((1 << WORDS) - 1);
-            while words != 0 {
-                let w = words.trailing_zeros() as usize;
-                words &= words - 1;
-                crate::sync::prefetch((&s.buckets[w] as *const AtomicU64).cast(), 1);
-            }
+            let first = core::ptr::from_ref(s).cast::<u8>();
+            let carries = core::ptr::from_ref(&s.carries).cast::<u8>();
+            crate::sync::prefetch(first, carries as usize - first as usize);
         }
     }
 

@@ -268,11 +268,11 @@ fn pass() -> usize {
 /// How far ahead of the breaker being ticked [`tick_batch`] prefetches a
 /// breaker's own lines.
 const AHEAD: usize = 12;
-/// How far ahead it upgrades a breaker and prefetches its shards' first
-/// lines (their address is in the breaker's own lines, loaded by then).
+/// How far ahead it upgrades a breaker and prefetches its shard slots
+/// (their address is in the breaker's own lines, loaded by then).
 const MID: usize = 8;
-/// How far ahead it prefetches the bucket words a breaker's shards mark as
-/// in use (the marks are in the shards' first lines, loaded by then).
+/// How far ahead it prefetches the counters and bucket words of the shards
+/// a breaker has built (their addresses are in the slots, loaded by then).
 const NEAR: usize = 4;
 
 /// Ticks every live breaker in `batch`, emptying it, and hands each one
@@ -284,9 +284,10 @@ const NEAR: usize = 4;
 /// the other, each miss would stall the thread in turn. So the loads are
 /// started ahead, in three steps, each needing what the one before loaded:
 /// the breaker `AHEAD` places on has its own lines prefetched; the one
-/// `MID` places on is upgraded and has its shards' first lines prefetched;
-/// the one `NEAR` places on has the bucket words its shards mark as used
-/// prefetched. The misses of several breakers overlap.
+/// `MID` places on is upgraded and has its shard slots prefetched; the one
+/// `NEAR` places on has the counters and bucket words of the shards it
+/// built prefetched (only those: a shard is built by a thread that calls
+/// the breaker). The misses of several breakers overlap.
 fn tick_batch(batch: &mut Vec<Weak<Inner>>, mut done: impl FnMut(Weak<Inner>, u64)) {
     for w in batch.iter().take(AHEAD - MID) {
         prefetch_weak(w);

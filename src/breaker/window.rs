@@ -524,7 +524,7 @@ impl Inner {
     }
 
     /// For the ticker, shortly before it ticks this breaker, once the lines
-    /// of `prefetch_for_tick` are in: starts loading the bucket words in use.
+    /// of `prefetch_for_tick` are in: starts loading the shards it built.
     #[cfg(not(tailguard_loom))]
     pub(crate) fn prefetch_marked(&self) {
         self.shards.prefetch_marked();
