@@ -134,10 +134,8 @@ pub(super) fn emit_blocking_on<T, H: Host<T>, O, E>(
                 Ok(result) => result,
                 Err(panic) => host.panicked((permit, slot), trigger, class, start, panic),
             };
-            // The slot back first: its read-modify-write then overlaps the
-            // clock read (a TSC read does not wait for it).
-            drop(slot);
             let elapsed_ns = clock.delta_nanos(start, clock.raw());
+            drop(slot);
             let out = host.settle(permit, result, trigger, class, elapsed_ns);
             (out, elapsed_ns)
         }

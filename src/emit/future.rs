@@ -222,25 +222,26 @@ where
                     sleep: None,
                 }
                 .await;
-                // The call has ended, however: its bulkhead slot back
-                // first, whose read-modify-write then overlaps the clock
-                // read (a TSC read does not wait for it).
-                let (permit, slot) = admitted;
-                drop(slot);
                 let elapsed_ns = clock.delta_nanos(start, clock.raw());
+                let (permit, slot) = admitted;
                 let out = match outcome {
-                    Outcome::Done(result) => host.settle(permit, result, trigger, class, elapsed_ns),
+                    Outcome::Done(result) => {
+                        drop(slot);
+                        host.settle(permit, result, trigger, class, elapsed_ns)
+                    }
                     Outcome::TimedOut => {
+                        drop(slot);
                         permit.record_timeout_ns(elapsed_ns);
                         host.divert(trigger, class, Divert::TimedOut(Duration::from_nanos(elapsed_ns)))
                     }
                     Outcome::NoTimer => {
+                        drop(slot);
                         drop(permit); // cancelled: no verdict on the consumer
                         host.divert(trigger, class, Divert::NoTimer)
                     }
                     Outcome::Panicked(panic) => {
                         guard.armed = false;
-                        host.panicked((permit, None), trigger, class, start, panic)
+                        host.panicked((permit, slot), trigger, class, start, panic)
                     }
                 };
                 (out, elapsed_ns)
