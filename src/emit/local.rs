@@ -53,8 +53,8 @@ use std::time::Duration;
 ///   shared emitter's, the identities hold once the emitter is quiet.
 ///
 /// Cost (callgrind, `benches/instructions.rs`): 132 instructions per
-/// delivered emit with a bulkhead on the coarse clock, 260 per diverted
-/// one (queue drained every 512), against 163 and 312.5 for the shared
+/// delivered emit with a bulkhead on the coarse clock, 262 per diverted
+/// one (queue drained every 512), against 161 and 312.5 for the shared
 /// [`Emitter`](super::Emitter).
 ///
 /// Its outcomes ([`Emitted`], [`Divert`](super::Divert), [`Replayed`]), its
