@@ -5,16 +5,19 @@
 //! * `blocking/*`: `Emitter::emit_blocking` on the happy path (CLOSED,
 //!   bulkhead free, the call succeeds at once) against the bare call it
 //!   wraps, per breaker clock; `…/no_bulkhead` without the bulkhead. Goal:
-//!   within 30 ns of `blocking/bare`.
+//!   within 30 ns of `blocking/bare`. `blocking/{coarse,precise}_reads`:
+//!   the bare call between the two clock readings an emit takes, and their
+//!   difference (what an emit on that clock pays before any of its work).
 //! * `blocking_open/*`: an emit diverted by an OPEN breaker into a queue
 //!   that is drained as it goes (what the router pays per trigger while a
 //!   consumer is down).
 //! * `async/*`: one task on a current-thread runtime; the full async emit
 //!   (bulkhead + breaker + timeout + fallback, happy path), with the
-//!   breaker on tokio's clock (two reads of it per emit) and on the coarse
-//!   clock (two loads; no tokio clock read, as the call is ready at once),
-//!   against the bare async call and tower's `ConcurrencyLimit` +
-//!   `Timeout` around the same call. Goal: the emit no dearer than
+//!   breaker on tokio's clock (two reads of it per emit), on the coarse
+//!   clock (two loads; no tokio clock read, as the call is ready at once)
+//!   and on the precise clock (two TSC reads), against the bare async call
+//!   and tower's `ConcurrencyLimit` + `Timeout` around the same call. Goal:
+//!   the emit, on the coarse and on the precise clock, no dearer than
 //!   `async/tower_limit_timeout`. `local_emit_coarse_clock`: the per-core
 //!   emitter's async emit on the same runtime.
 //!
@@ -91,6 +94,24 @@ fn blocking(c: &mut Criterion) {
             black_box(call(&n))
         })
     });
+    // Anchors: the bare call between the two readings an emit takes (start,
+    // end) and their difference, scaled once; what is left of an emit's
+    // cost over this is its bulkhead, breaker and counters.
+    for (name, clock) in [
+        ("coarse_reads", ClockSource::coarse()),
+        ("precise_reads", ClockSource::precise()),
+    ] {
+        g.bench_function(name, |b| {
+            let mut n = 0u64;
+            b.iter(|| {
+                n += 1;
+                let start = clock.raw();
+                let out = call(&n);
+                black_box(clock.delta_nanos(start, clock.raw()));
+                black_box(out)
+            })
+        });
+    }
     for (name, clock, bulkhead) in [
         ("coarse", ClockSource::coarse(), true),
         ("precise", ClockSource::precise(), true),
@@ -174,13 +195,17 @@ fn asynchronous(c: &mut Criterion) {
             })
         })
     });
-    for (name, clock) in [("emit_tokio_clock", "tokio"), ("emit_coarse_clock", "coarse")] {
+    for (name, clock) in [
+        ("emit_tokio_clock", "tokio"),
+        ("emit_coarse_clock", "coarse"),
+        ("emit_precise_clock", "precise"),
+    ] {
         let e = rt.block_on(async {
             emitter(
-                if clock == "tokio" {
-                    ClockSource::tokio()
-                } else {
-                    ClockSource::coarse()
+                match clock {
+                    "tokio" => ClockSource::tokio(),
+                    "coarse" => ClockSource::coarse(),
+                    _ => ClockSource::precise(),
                 },
                 true,
             )

@@ -324,9 +324,22 @@ impl Permit<'_> {
     /// ```
     #[inline]
     pub fn record_timeout(self, elapsed: Duration) {
+        self.record_timeout_ns(crate::clock::duration_nanos_saturating(elapsed));
+    }
+
+    /// As [`record_latency`](Self::record_latency), with the latency in
+    /// nanoseconds (the emitter's: no round trip through a `Duration`).
+    #[inline(always)]
+    pub(crate) fn record_latency_ns(self, latency_ns: u64, ok: bool) {
         let this = ManuallyDrop::new(self);
-        this.core
-            .finish_timed_out(crate::clock::duration_nanos_saturating(elapsed), Sink::Shared);
+        this.core.finish(latency_ns, ok, Sink::Shared);
+    }
+
+    /// As [`record_timeout`](Self::record_timeout), in nanoseconds.
+    #[inline]
+    pub(crate) fn record_timeout_ns(self, elapsed_ns: u64) {
+        let this = ManuallyDrop::new(self);
+        this.core.finish_timed_out(elapsed_ns, Sink::Shared);
     }
 
     /// Whether this permit is a HALF_OPEN probe.
@@ -689,11 +702,22 @@ impl LocalPermit<'_> {
     /// ```
     #[inline]
     pub fn record_timeout(self, elapsed: Duration) {
+        self.record_timeout_ns(crate::clock::duration_nanos_saturating(elapsed));
+    }
+
+    /// As [`record_latency`](Self::record_latency), with the latency in
+    /// nanoseconds (the emitter's: no round trip through a `Duration`).
+    #[inline(always)]
+    pub(crate) fn record_latency_ns(self, latency_ns: u64, ok: bool) {
         let this = ManuallyDrop::new(self);
-        this.core.finish_timed_out(
-            crate::clock::duration_nanos_saturating(elapsed),
-            Sink::Local(this.handle.shard()),
-        );
+        this.core.finish(latency_ns, ok, Sink::Local(this.handle.shard()));
+    }
+
+    /// As [`record_timeout`](Self::record_timeout), in nanoseconds.
+    #[inline]
+    pub(crate) fn record_timeout_ns(self, elapsed_ns: u64) {
+        let this = ManuallyDrop::new(self);
+        this.core.finish_timed_out(elapsed_ns, Sink::Local(this.handle.shard()));
     }
 
     /// Whether this permit is a HALF_OPEN probe.

@@ -117,10 +117,12 @@ pub(super) fn emit_blocking_on<T, H: Host<T>, O, E>(
 ) -> Emitted<T, O, E> {
     let clock = host.breaker().clock();
     let start = clock.raw();
-    let (out, end) = match host.admit(start) {
+    // One reading ends the emit: the call's latency (the breaker's
+    // verdict) and the emit's time are the same interval, scaled once.
+    let (out, elapsed_ns) = match host.admit(start) {
         Err(not) => {
             let out = host.divert(trigger, class, not.reason());
-            (out, clock.raw())
+            (out, clock.delta_nanos(start, clock.raw()))
         }
         Ok((permit, slot)) => {
             let deadline = Deadline {
@@ -132,13 +134,13 @@ pub(super) fn emit_blocking_on<T, H: Host<T>, O, E>(
                 Ok(result) => result,
                 Err(panic) => host.panicked((permit, slot), trigger, class, start, panic),
             };
-            let end = clock.raw();
+            let elapsed_ns = clock.delta_nanos(start, clock.raw());
             drop(slot);
-            let out = host.settle(permit, result, trigger, class, clock.delta_nanos(start, end));
-            (out, end)
+            let out = host.settle(permit, result, trigger, class, elapsed_ns);
+            (out, elapsed_ns)
         }
     };
-    host.emit_time(clock.delta_nanos(start, end), out.is_delivered());
+    host.emit_time(elapsed_ns, out.is_delivered());
     out
 }
 

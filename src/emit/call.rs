@@ -45,31 +45,33 @@ pub(super) enum Outcome<R> {
     Panicked(Box<dyn Any + Send>),
 }
 
-/// A breaker permit's verdicts, for [`Host::Permit`].
+/// A breaker permit's verdicts, for [`Host::Permit`], in nanoseconds on
+/// the breaker's clock (as the emit measured them: no round trip through a
+/// `Duration`).
 pub(super) trait Verdict {
-    fn record_latency(self, latency: Duration, ok: bool);
-    fn record_timeout(self, elapsed: Duration);
+    fn record_latency_ns(self, latency_ns: u64, ok: bool);
+    fn record_timeout_ns(self, elapsed_ns: u64);
 }
 
 impl Verdict for Permit<'_> {
     #[inline(always)]
-    fn record_latency(self, latency: Duration, ok: bool) {
-        Permit::record_latency(self, latency, ok);
+    fn record_latency_ns(self, latency_ns: u64, ok: bool) {
+        Permit::record_latency_ns(self, latency_ns, ok);
     }
     #[inline]
-    fn record_timeout(self, elapsed: Duration) {
-        Permit::record_timeout(self, elapsed);
+    fn record_timeout_ns(self, elapsed_ns: u64) {
+        Permit::record_timeout_ns(self, elapsed_ns);
     }
 }
 
 impl Verdict for LocalPermit<'_> {
     #[inline(always)]
-    fn record_latency(self, latency: Duration, ok: bool) {
-        LocalPermit::record_latency(self, latency, ok);
+    fn record_latency_ns(self, latency_ns: u64, ok: bool) {
+        LocalPermit::record_latency_ns(self, latency_ns, ok);
     }
     #[inline]
-    fn record_timeout(self, elapsed: Duration) {
-        LocalPermit::record_timeout(self, elapsed);
+    fn record_timeout_ns(self, elapsed_ns: u64) {
+        LocalPermit::record_timeout_ns(self, elapsed_ns);
     }
 }
 
@@ -125,9 +127,9 @@ pub(super) trait Host<T> {
     fn record_call(&self, permit: Self::Permit<'_>, ok: bool, elapsed_ns: u64) -> bool {
         let late = elapsed_ns > self.timeout_ns();
         if late {
-            permit.record_timeout(Duration::from_nanos(elapsed_ns));
+            permit.record_timeout_ns(elapsed_ns);
         } else {
-            permit.record_latency(Duration::from_nanos(elapsed_ns), ok);
+            permit.record_latency_ns(elapsed_ns, ok);
         }
         late
     }
@@ -187,7 +189,7 @@ pub(super) trait Host<T> {
         drop(slot);
         let clock = self.breaker().clock();
         let end = clock.raw();
-        permit.record_latency(Duration::from_nanos(clock.delta_nanos(start, end)), false);
+        permit.record_latency_ns(clock.delta_nanos(start, end), false);
         match self.enqueue(trigger, class) {
             Ok(pushed) => {
                 self.metrics_count(Count::DivertedFailed);
@@ -220,7 +222,6 @@ pub(super) trait Host<T> {
         class: Priority,
         elapsed_ns: u64,
     ) -> Emitted<T, O, E> {
-        let elapsed = Duration::from_nanos(elapsed_ns);
         let late = self.record_call(permit, result.is_ok(), elapsed_ns);
         match result {
             Ok(o) => {
@@ -230,7 +231,7 @@ pub(super) trait Host<T> {
                 }
                 Emitted::Delivered(o)
             }
-            Err(_) if late => self.divert(trigger, class, Divert::TimedOut(elapsed)),
+            Err(_) if late => self.divert(trigger, class, Divert::TimedOut(Duration::from_nanos(elapsed_ns))),
             Err(e) => self.divert(trigger, class, Divert::Failed(e)),
         }
     }

@@ -200,8 +200,13 @@ where
         let mut guard = guard; // the whole guard moves in, not its fields
         let clock = host.breaker().clock();
         let (start, deadline) = start(clock, host.timeout());
-        let (out, end) = match host.admit(start) {
-            Err(not) => (host.divert(trigger, class, not.reason()), clock.raw()),
+        // One reading ends the emit: the call's latency and the emit's
+        // time are the same interval, scaled once.
+        let (out, elapsed_ns) = match host.admit(start) {
+            Err(not) => {
+                let out = host.divert(trigger, class, not.reason());
+                (out, clock.delta_nanos(start, clock.raw()))
+            }
             Ok(admitted) => {
                 let call = match catch_unwind(AssertUnwindSafe(|| call(&trigger))) {
                     Ok(call) => call,
@@ -217,9 +222,8 @@ where
                     sleep: None,
                 }
                 .await;
-                let end = clock.raw();
+                let elapsed_ns = clock.delta_nanos(start, clock.raw());
                 let (permit, slot) = admitted;
-                let elapsed_ns = clock.delta_nanos(start, end);
                 let out = match outcome {
                     Outcome::Done(result) => {
                         drop(slot);
@@ -227,9 +231,8 @@ where
                     }
                     Outcome::TimedOut => {
                         drop(slot);
-                        let elapsed = Duration::from_nanos(elapsed_ns);
-                        permit.record_timeout(elapsed);
-                        host.divert(trigger, class, Divert::TimedOut(elapsed))
+                        permit.record_timeout_ns(elapsed_ns);
+                        host.divert(trigger, class, Divert::TimedOut(Duration::from_nanos(elapsed_ns)))
                     }
                     Outcome::NoTimer => {
                         drop(slot);
@@ -241,11 +244,11 @@ where
                         host.panicked((permit, slot), trigger, class, start, panic)
                     }
                 };
-                (out, end)
+                (out, elapsed_ns)
             }
         };
         guard.armed = false;
-        host.emit_time(clock.delta_nanos(start, end), out.is_delivered());
+        host.emit_time(elapsed_ns, out.is_delivered());
         out
     }
 }

@@ -52,9 +52,9 @@ use std::time::Duration;
 ///   core stored (never a torn one), each only ever going up; like the
 ///   shared emitter's, the identities hold once the emitter is quiet.
 ///
-/// Cost (callgrind, `benches/instructions.rs`): 161 instructions per
-/// delivered emit with a bulkhead on the coarse clock, 263 per diverted
-/// one (queue drained every 512), against 193 and 312.5 for the shared
+/// Cost (callgrind, `benches/instructions.rs`): 132 instructions per
+/// delivered emit with a bulkhead on the coarse clock, 262 per diverted
+/// one (queue drained every 512), against 161 and 312.5 for the shared
 /// [`Emitter`](super::Emitter).
 ///
 /// Its outcomes ([`Emitted`], [`Divert`](super::Divert), [`Replayed`]), its

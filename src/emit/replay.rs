@@ -345,7 +345,7 @@ impl<'a, T, E, H: Host<T> + 'a> Replay<'a, T, E, H> {
                 }
             }
             Outcome::TimedOut => {
-                permit.record_timeout(elapsed);
+                permit.record_timeout_ns(elapsed_ns);
                 Divert::TimedOut(elapsed)
             }
             Outcome::NoTimer => {
@@ -353,7 +353,7 @@ impl<'a, T, E, H: Host<T> + 'a> Replay<'a, T, E, H> {
                 Divert::NoTimer // not `called`: no attempt used, kept at the head
             }
             Outcome::Panicked(panic) => {
-                permit.record_latency(elapsed, false);
+                permit.record_latency_ns(elapsed_ns, false);
                 if let Some(p) = held.item.as_mut() {
                     p.attempts = p.attempts.saturating_add(1);
                 }
