@@ -285,3 +285,23 @@ fn displacement_takes_the_lowest_class_present_even_in_transit() {
         }
     });
 }
+
+/// The consumer reads the occupancy word once and looks only at the rings
+/// of the classes it counts: capacity 2 holding an `Idle` item, a `Critical`
+/// and a `Routine` producer race two pops. A class counted in the word but
+/// still in transit is passed over, one counted zero is not looked at, and
+/// still every item is popped, displaced or refused once, FIFO per class,
+/// and the `Critical` item is never displaced.
+#[test]
+fn pop_reads_the_word_once_then_only_counted_rings() {
+    model_bounded(
+        2,
+        Scenario {
+            capacity: 2,
+            start: 0,
+            prefill: vec![Idle],
+            producers: vec![vec![Critical], vec![Routine]],
+            pops: 2,
+        },
+    );
+}

@@ -27,8 +27,8 @@ pub const MAX_CAPACITY: usize = CLASS_MASK as usize;
 
 /// What every push and pop touches, in one cache line.
 struct Hot {
-    /// The occupancy word: the items of class `Idle` (bits 0–20), of class
-    /// `Routine` (bits 21–41), and of all classes (bits 42–63; `Critical`
+    /// The occupancy word: the items of class `Critical` (bits 0–20), of
+    /// class `Routine` (bits 21–41), and of all classes (bits 42–63; `Idle`
     /// is the rest), each item counted from the moment its push is admitted
     /// (even before it is written) until the moment a remover claims it
     /// (even before it is taken out). Every admission, displacement and
@@ -45,21 +45,29 @@ fn total(occupancy: u64) -> usize {
     (occupancy >> TOTAL_SHIFT) as usize
 }
 
+/// Where the count of class `class` (an index, `Routine` or `Critical`) is
+/// kept in an occupancy word: `Critical` in the lowest bits, so that the
+/// consumer's first question (any `Critical` item?) is one mask.
+#[inline]
+const fn shift(class: usize) -> u32 {
+    CLASS_BITS * (2 - class) as u32
+}
+
 /// Items of class `class` (an index) in an occupancy word.
 #[inline]
 fn count(occupancy: u64, class: usize) -> usize {
-    let field = |c: usize| ((occupancy >> (CLASS_BITS * c as u32)) & CLASS_MASK) as usize;
-    if class < 2 {
+    let field = |c: usize| ((occupancy >> shift(c)) & CLASS_MASK) as usize;
+    if class > 0 {
         field(class)
     } else {
-        total(occupancy) - field(0) - field(1)
+        total(occupancy) - field(1) - field(2)
     }
 }
 
 /// What one item of class `class` (an index) adds to an occupancy word.
 #[inline]
 fn one(class: usize) -> u64 {
-    let own = if class < 2 { 1 << (CLASS_BITS * class as u32) } else { 0 };
+    let own = if class > 0 { 1 << shift(class) } else { 0 };
     (1 << TOTAL_SHIFT) | own
 }
 
@@ -191,46 +199,73 @@ impl<T> Inner<T> {
     /// class whose next item is written and still counted (a displacing
     /// producer may have claimed it): claims one item of the class in the
     /// occupancy word, then takes it out.
+    ///
+    /// One read of the occupancy word picks the classes to look at: a class
+    /// it counts no item of is skipped without touching its ring (an empty
+    /// queue costs that one read). A class whose count is zero in that read
+    /// but which gains an item just after is treated as if that item's push
+    /// came after this pop, the same as an item still being written.
     #[inline]
     pub(super) fn pop(&self) -> Option<(T, Priority)> {
+        let occupancy = &self.hot.occupancy;
+        let mut cur = occupancy.load(Ordering::Acquire);
+        if total(cur) == 0 {
+            return None;
+        }
         // `Critical`: only this thread removes from its ring, so a written
         // head is this thread's to take once it is claimed in the word.
         let c = Priority::Critical.index();
-        if self.rings[c].head_ready() {
+        if count(cur, c) > 0 && self.rings[c].head_ready() {
             self.claim_one(c);
             let item = self.rings[c]
                 .pop_unshared()
                 .expect("the Critical head was written and only the consumer takes it");
             return Some((item, Priority::Critical));
         }
-        for class in [Priority::Routine, Priority::Idle] {
-            let c = class.index();
-            let ring = &self.rings[c];
-            let head = ring.head.load(Ordering::Acquire);
-            if ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
-                continue;
+        if let Some(item) = self.pop_lower(Priority::Routine, &mut cur) {
+            return Some((item, Priority::Routine));
+        }
+        self.pop_lower(Priority::Idle, &mut cur)
+            .map(|item| (item, Priority::Idle))
+    }
+
+    /// `pop` for a class that displacing producers also remove from
+    /// (`Routine`, `Idle`), given `cur`, a recent read of the occupancy word
+    /// (updated here when a CAS hands back a newer one). Kept apart so that
+    /// each call is compiled for its constant class.
+    #[inline(always)]
+    fn pop_lower(&self, class: Priority, cur: &mut u64) -> Option<T> {
+        let c = class.index();
+        if count(*cur, c) == 0 {
+            return None;
+        }
+        let ring = &self.rings[c];
+        let head = ring.head.load(Ordering::Acquire);
+        if ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+            return None;
+        }
+        // The first CAS uses the word read by `pop`; if it changed since,
+        // the CAS hands back the current one.
+        loop {
+            if count(*cur, c) == 0 {
+                return None; // displacing producers claimed every item of it
             }
-            let occupancy = &self.hot.occupancy;
-            let mut cur = occupancy.load(Ordering::Acquire);
-            loop {
-                if count(cur, c) == 0 {
-                    break; // displacing producers claimed every item of it
+            match self
+                .hot
+                .occupancy
+                .compare_exchange_weak(*cur, *cur - one(c), Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return Some(match ring.take_at(head) {
+                        Some(item) => item,
+                        // A displacing producer took that one first: the
+                        // next item of the class is ours.
+                        None => ring.take_claimed(),
+                    });
                 }
-                match occupancy.compare_exchange_weak(cur, cur - one(c), Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => {
-                        let item = match ring.take_at(head) {
-                            Some(item) => item,
-                            // A displacing producer took that one first:
-                            // the next item of the class is ours.
-                            None => ring.take_claimed(),
-                        };
-                        return Some((item, class));
-                    }
-                    Err(actual) => cur = actual,
-                }
+                Err(actual) => *cur = actual,
             }
         }
-        None
     }
 
     /// Claims one item of class `c` in the occupancy word; the caller knows
@@ -323,7 +358,7 @@ mod tests {
         assert_eq!((count(o, 2), count(o, 0), total(o)), (MAX_CAPACITY, 0, MAX_CAPACITY));
     }
 
-    /// Each class fills the whole capacity on its own, `Critical` too (its
+    /// Each class fills the whole capacity on its own, `Idle` too (its
     /// count is the total less the others: one item adds one to the total).
     #[test]
     fn every_class_fills_the_capacity_alone() {
