@@ -11,7 +11,7 @@
 use crate::report::LatencyQuantiles;
 use crate::shard::thread_index;
 use crate::sketch::{key_index, Histogram, TOP};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, OnceBox, Ordering};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
@@ -230,8 +230,22 @@ struct Shard {
     time_sum: AtomicU64,
 }
 
+impl Shard {
+    fn new() -> Self {
+        Self {
+            counts: core::array::from_fn(|_| AtomicU64::new(0)),
+            times: core::array::from_fn(|_| AtomicU64::new(0)),
+            time_sum: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A shared emitter's counters, sharded as its breaker's are: one slot per
+/// shard the breaker may grow, each shard (about 1.8 KB) built by the first
+/// emit of a thread that maps to it, so an emitter called from two threads
+/// holds two whatever the machine's cores.
 pub(crate) struct Metrics {
-    shards: Box<[CachePadded<Shard>]>,
+    shards: Box<[OnceBox<CachePadded<Shard>>]>,
     mask: usize,
 }
 
@@ -240,22 +254,23 @@ impl Metrics {
     pub(crate) fn new(shards: usize) -> Self {
         debug_assert!(shards.is_power_of_two());
         Self {
-            shards: (0..shards)
-                .map(|_| {
-                    CachePadded::new(Shard {
-                        counts: core::array::from_fn(|_| AtomicU64::new(0)),
-                        times: core::array::from_fn(|_| AtomicU64::new(0)),
-                        time_sum: AtomicU64::new(0),
-                    })
-                })
-                .collect(),
+            shards: (0..shards).map(|_| OnceBox::new()).collect(),
             mask: shards - 1,
         }
     }
 
     #[inline(always)]
     fn mine(&self) -> &Shard {
-        &self.shards[thread_index() & self.mask]
+        let slot = &self.shards[thread_index() & self.mask];
+        match slot.get() {
+            Some(shard) => shard,
+            None => slot.get_or_init(|| CachePadded::new(Shard::new())),
+        }
+    }
+
+    /// The shards built so far.
+    fn built(&self) -> impl Iterator<Item = &Shard> {
+        self.shards.iter().filter_map(|slot| slot.get().map(|s| &**s))
     }
 
     /// One emit that took `ns` nanoseconds, whatever it ended in; counted
@@ -281,19 +296,19 @@ impl Metrics {
     }
 
     pub(crate) fn sum(&self, what: Count) -> u64 {
-        self.shards
-            .iter()
+        self.built()
             .map(|s| s.counts[what as usize].load(Ordering::Relaxed))
             .fold(0, u64::wrapping_add)
     }
 
     /// The emit-time histogram, summed over the shards.
     pub(crate) fn times(&self) -> EmitTimes {
-        times_of(self.shards.iter().map(|s| &**s))
+        times_of(self.built())
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.shards.len() * core::mem::size_of::<CachePadded<Shard>>()
+        self.shards.len() * core::mem::size_of::<OnceBox<CachePadded<Shard>>>()
+            + self.built().count() * core::mem::size_of::<CachePadded<Shard>>()
     }
 }
 
@@ -333,11 +348,7 @@ fn bump(c: &AtomicU64, n: u64) {
 impl LocalMetrics {
     pub(crate) fn new() -> Self {
         Self {
-            shard: Shard {
-                counts: core::array::from_fn(|_| AtomicU64::new(0)),
-                times: core::array::from_fn(|_| AtomicU64::new(0)),
-                time_sum: AtomicU64::new(0),
-            },
+            shard: Shard::new(),
             in_flight: AtomicUsize::new(0),
             pending: AtomicBool::new(false),
         }
