@@ -19,7 +19,8 @@ use tailguard::{Breaker, RejectReason, State};
 const LATENCY: Duration = Duration::from_micros(200);
 const HOUR: Duration = Duration::from_secs(3600);
 
-/// Every operation, by name.
+/// Every operation, by name (and `tower_call` with feature `tower`, which
+/// `.ci/instructions` builds with).
 const OPS: [&str; 17] = [
     "closed_allow_record_latency",
     "relative_allow_record_latency",
@@ -258,8 +259,89 @@ fn half_open(successes: u32) -> Breaker {
     b
 }
 
+/// Every operation this build has.
+fn ops() -> Vec<&'static str> {
+    let mut ops = OPS.to_vec();
+    if cfg!(feature = "tower") {
+        ops.push("tower_call");
+    }
+    ops
+}
+
+/// The tower layer's inner service: ready at once, answers at once.
+#[cfg(feature = "tower")]
+#[derive(Clone)]
+struct Ready;
+
+#[cfg(feature = "tower")]
+impl tower::Service<u64> for Ready {
+    type Response = u64;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<u64, std::io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), std::io::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: u64) -> Self::Future {
+        std::future::ready(Ok(black_box(req) + 1))
+    }
+}
+
+#[cfg(feature = "tower")]
+type TowerService = tailguard::tower::BreakerService<Ready, tailguard::tower::ErrorsOnly>;
+
+/// One request through the tower layer (breaker alone, coarse clock, as
+/// `benches/tower.rs`'s `tailguard`): `poll_ready`, `call`, the response
+/// future polled once (ready: judged and recorded) and dropped, on a
+/// no-op waker (no runtime: the layer's own work and the inner service's).
+#[cfg(feature = "tower")]
+#[inline(never)]
+fn measure_tower_call(svc: &mut TowerService, n: u64) {
+    use std::future::Future;
+    use std::task::{Context, Poll, Wake, Waker};
+    use tower::Service;
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let waker = Waker::from(std::sync::Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    for i in 0..n {
+        assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))), "ready");
+        let mut call = std::pin::pin!(svc.call(black_box(i)));
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready(Ok(r)) => {
+                black_box(r);
+            }
+            _ => unreachable!("answers at once"),
+        }
+    }
+}
+
 fn run(op: &str, n: u64) {
     match op {
+        #[cfg(feature = "tower")]
+        "tower_call" => {
+            use tower::Layer;
+            let b = closed(ClockSource::coarse(), 0);
+            let mut svc = tailguard::tower::BreakerLayer::new(b.clone())
+                .classify(tailguard::tower::ErrorsOnly)
+                .layer(Ready);
+            measure_tower_call(&mut svc, n);
+            assert_eq!(b.state(), State::Closed);
+            // That each request was recorded, on a manual clock (the same
+            // few requests in both runs `.ci/instructions` subtracts).
+            let clock = ManualClock::new();
+            let b = closed(clock.clone().into(), 0);
+            let mut svc = tailguard::tower::BreakerLayer::new(b.clone())
+                .classify(tailguard::tower::ErrorsOnly)
+                .layer(Ready);
+            measure_tower_call(&mut svc, 100);
+            clock.advance(HOUR);
+            b.tick();
+            assert_eq!(b.snapshot().window.calls, 100);
+        }
         "closed_allow_record_latency" => {
             let b = closed(ClockSource::coarse(), 0);
             measure_closed_allow_record_latency(&b, n);
@@ -405,13 +487,13 @@ fn run(op: &str, n: u64) {
             measure_local_emit_diverted(&e, n);
             assert_eq!(e.stats().diverted_open, n);
         }
-        other => panic!("unknown operation {other:?}; one of {OPS:?}"),
+        other => panic!("unknown operation {other:?}; one of {:?}", ops()),
     }
 }
 
 fn main() {
     if std::env::args().any(|a| a == "--list-ops") {
-        println!("{}", OPS.join(" "));
+        println!("{}", ops().join(" "));
         return;
     }
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -419,7 +501,7 @@ fn main() {
         [op, n] => run(op, n.parse().expect("a count")),
         [op] => run(op, 100_000),
         _ => {
-            for op in OPS {
+            for op in ops() {
                 run(op, 5_000);
             }
         }

@@ -166,6 +166,23 @@ impl ClockSource {
         }
     }
 
+    /// Nanoseconds from the reading `start` to now: `delta_nanos(start,
+    /// raw())` with one match over the clock's kind instead of two (the
+    /// tower layer's response future, once per request).
+    #[cfg(feature = "tower")]
+    #[inline(always)]
+    pub(crate) fn elapsed_nanos(&self, start: u64) -> u64 {
+        match &self.kind {
+            Kind::Precise(c) => c.delta_as_nanos(start, c.raw()),
+            #[cfg(not(tailguard_loom))]
+            Kind::Coarse(c) => c.now_nanos().saturating_sub(start),
+            Kind::Manual(c) => c.now_nanos().saturating_sub(start),
+            Kind::Custom(c) => read_custom(&**c).saturating_sub(start),
+            #[cfg(feature = "tokio")]
+            Kind::Tokio(origin) => tokio_nanos(*origin, tokio::time::Instant::now()).saturating_sub(start),
+        }
+    }
+
     /// Nanoseconds since this source's origin.
     ///
     /// ```

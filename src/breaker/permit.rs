@@ -508,14 +508,34 @@ impl OwnedPermit {
         self.start
     }
 
-    /// The breaker's clock, while the verdict is not in.
+    /// Nanoseconds since the start on the breaker's clock (one read, one
+    /// match over the clock's kind); 0 once the verdict is in.
     #[cfg(feature = "tower")]
-    pub(crate) fn clock(&self) -> Option<&crate::clock::ClockSource> {
-        self.breaker.as_ref().map(Breaker::clock)
+    #[inline(always)]
+    pub(crate) fn elapsed_ns(&self) -> u64 {
+        match &self.breaker {
+            Some(breaker) => breaker.inner.clock.elapsed_nanos(self.start),
+            None => 0,
+        }
+    }
+
+    /// As [`record_latency`](Self::record_latency), the latency in
+    /// nanoseconds (no round trip through a `Duration`).
+    #[cfg(feature = "tower")]
+    #[inline(always)]
+    pub(crate) fn record_nanos(self, latency_ns: u64, ok: bool) {
+        self.settle(|core| core.finish(latency_ns, ok, Sink::Shared));
+    }
+
+    /// As [`record_timeout`](Self::record_timeout), in nanoseconds.
+    #[cfg(feature = "tower")]
+    pub(crate) fn record_timeout_nanos(self, elapsed_ns: u64) {
+        self.settle(|core| core.finish_timed_out(elapsed_ns, Sink::Shared));
     }
 }
 
 impl Drop for OwnedPermit {
+    #[inline]
     fn drop(&mut self) {
         if let Some(breaker) = &self.breaker {
             Core {

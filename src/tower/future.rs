@@ -32,14 +32,11 @@ pin_project_lite::pin_project! {
     enum Kind<F, R: Timer> {
         /// Turned away; `None` once that is reported.
         Refused { refusal: Option<Refusal> },
-        /// The inner service's future, the timer, and its sleep once armed
-        /// (boxed: tokio's is as large as the rest of the future together,
-        /// and most requests complete without one; see `poll`).
+        /// The inner service's future, and the timer.
         Called {
             #[pin]
             call: F,
             timer: R,
-            sleep: Option<Pin<Box<R::Sleep>>>,
         },
         /// Timed out: the inner future is dropped.
         Done,
@@ -53,6 +50,12 @@ pin_project_lite::pin_project! {
     pub struct ResponseFuture<F, C, R: Timer = TokioTimer> {
         #[pin]
         kind: Kind<F, R>,
+        // The timeout's sleep once armed (boxed: tokio's is as large as the
+        // rest of the future together, and most requests complete without
+        // one; see `poll`). Out of `kind`, so that setting `kind` to `Done`
+        // (the inner future's drop) has no sleep to look at; after `kind`,
+        // so that a dropped future still drops its inner future first.
+        sleep: Armed<R::Sleep>,
         // The verdict goes in when the response is judged; `None` after.
         permit: Option<OwnedPermit>,
         // Held until the future completes or is dropped.
@@ -66,6 +69,7 @@ impl<F, C, R: Timer> ResponseFuture<F, C, R> {
     pub(super) fn refused(refusal: Refusal, classify: C) -> Self {
         Self {
             kind: Kind::Refused { refusal: Some(refusal) },
+            sleep: Armed(None),
             permit: None,
             _slot: None,
             timeout_ns: None,
@@ -83,11 +87,8 @@ impl<F, C, R: Timer> ResponseFuture<F, C, R> {
         timer: R,
     ) -> Self {
         Self {
-            kind: Kind::Called {
-                call,
-                timer,
-                sleep: None,
-            },
+            kind: Kind::Called { call, timer },
+            sleep: Armed(None),
             permit: Some(permit),
             _slot: slot,
             timeout_ns,
@@ -106,10 +107,9 @@ impl<F, C, R: Timer> fmt::Debug for ResponseFuture<F, C, R> {
 }
 
 /// Nanoseconds since the permit's start, on the breaker's clock.
+#[inline(always)]
 pub(super) fn elapsed_ns(permit: &OwnedPermit) -> u64 {
-    permit
-        .clock()
-        .map_or(0, |clock| clock.delta_nanos(permit.start(), clock.raw()))
+    permit.elapsed_ns()
 }
 
 impl<F, C, R, O, E> Future for ResponseFuture<F, C, R>
@@ -122,22 +122,23 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let (mut call, timer, sleep) = match this.kind.as_mut().project() {
+        let sleep = &mut this.sleep.0;
+        let (mut call, timer) = match this.kind.as_mut().project() {
             KindProj::Refused { refusal } => {
                 return Poll::Ready(Err(match refusal.take().expect("polled after completion") {
                     Refusal::Rejected(r) => BreakerError::Rejected(r),
                     Refusal::BulkheadFull => BreakerError::BulkheadFull,
                 }))
             }
-            KindProj::Called { call, timer, sleep } => (call, timer, sleep),
+            KindProj::Called { call, timer } => (call, timer),
             KindProj::Done => panic!("polled after completion"),
         };
         let polled = match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
             Ok(polled) => polled,
             Err(panic) => {
                 if let Some(permit) = this.permit.take() {
-                    let latency = elapsed_ns(&permit);
-                    permit.record_latency(Duration::from_nanos(latency), false);
+                    let latency_ns = elapsed_ns(&permit);
+                    permit.record_nanos(latency_ns, false);
                 }
                 resume_unwind(panic)
             }
@@ -145,20 +146,19 @@ where
         if let Poll::Ready(result) = polled {
             let permit = this.permit.take().expect("a called request holds its permit");
             let latency_ns = elapsed_ns(&permit);
-            let latency = Duration::from_nanos(latency_ns);
             // The inner future is dropped now, and its destructor is its
             // code too: a panic there is a failed call, like one in `poll`.
             // The sleep goes first, on its own (its panic is the timer's).
             drop_sleep(sleep);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
                 this._slot.take();
-                permit.record_latency(latency, false);
+                permit.record_nanos(latency_ns, false);
                 resume_unwind(panic)
             }
             if this.timeout_ns.is_some_and(|budget| latency_ns > budget) {
                 // Past the timeout (the timer fired in this same poll, or
                 // the wake-up came late): returned, counted as a timeout.
-                permit.record_timeout(latency);
+                permit.record_timeout_nanos(latency_ns);
                 this._slot.take();
                 return Poll::Ready(result.map_err(BreakerError::Inner));
             }
@@ -167,12 +167,12 @@ where
                 Ok(response) => match catch_unwind(AssertUnwindSafe(|| this.classify.is_failure(response))) {
                     Ok(failure) => !failure,
                     Err(panic) => {
-                        permit.record_latency(latency, false);
+                        permit.record_nanos(latency_ns, false);
                         resume_unwind(panic)
                     }
                 },
             };
-            permit.record_latency(latency, ok);
+            permit.record_nanos(latency_ns, ok);
             this._slot.take();
             return Poll::Ready(result.map_err(BreakerError::Inner));
         }
@@ -215,8 +215,8 @@ where
             this._slot.take();
             drop_sleep(sleep);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
-                let latency = Duration::from_nanos(elapsed_ns(&permit));
-                permit.record_latency(latency, false);
+                let latency_ns = elapsed_ns(&permit);
+                permit.record_nanos(latency_ns, false);
                 resume_unwind(panic)
             }
             drop(permit); // cancelled: a probe's slot goes back
@@ -226,13 +226,34 @@ where
             return Poll::Pending;
         }
         let permit = this.permit.take().expect("a called request holds its permit");
-        let elapsed = Duration::from_nanos(elapsed_ns(&permit).max(budget_ns));
-        permit.record_timeout(elapsed);
+        let elapsed = elapsed_ns(&permit).max(budget_ns);
+        permit.record_timeout_nanos(elapsed);
+        let elapsed = Duration::from_nanos(elapsed);
         this._slot.take();
         drop_sleep(sleep);
         this.kind.set(Kind::Done);
         Poll::Ready(Err(BreakerError::TimedOut(elapsed)))
     }
+}
+
+/// The timeout's sleep, once armed. Its drop only looks unless one is
+/// armed (most requests never arm one), so that dropping a response future
+/// calls nothing out of line for it.
+struct Armed<S>(Option<Pin<Box<S>>>);
+
+impl<S> Drop for Armed<S> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(sleep) = self.0.take() {
+            drop_boxed(sleep);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_boxed<S>(sleep: Pin<Box<S>>) {
+    drop(sleep);
 }
 
 /// Drops an armed sleep inside a catch: a panic in its drop is the

@@ -240,9 +240,9 @@ where
         let call = match catch_unwind(AssertUnwindSafe(|| self.inner.call(req))) {
             Ok(call) => call,
             Err(panic) => {
-                let latency = Duration::from_nanos(elapsed_ns(&permit));
+                let latency_ns = elapsed_ns(&permit);
                 drop(slot);
-                permit.record_latency(latency, false);
+                permit.record_nanos(latency_ns, false);
                 resume_unwind(panic)
             }
         };
