@@ -16,9 +16,21 @@
 //! it, unoptimised) it runs 200 breakers for two rounds and checks the
 //! memory ratio and that every call was counted, not times.
 //!
+//! Then a contended breaker (`--bench` or `--check`): one breaker
+//! configured for 64 shards, and one for 2, called by one thread and by two
+//! at once (`allow` + `record_latency`, [`SCALE_OPS`] each), each thread's
+//! own CPU time per operation, fastest of interleaved rounds: the two-thread
+//! figure beside the one-thread figure of the same breaker. Printed, not
+//! checked (on this shared machine a thread's CPU time still moves with
+//! what the other core runs).
+//!
 //! Only the public API: the same file measures an earlier commit.
 
-use std::sync::mpsc;
+#[path = "support/cpu.rs"]
+mod cpu;
+
+use std::hint::black_box;
+use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 use tailguard::clock::ManualClock;
 use tailguard::Breaker;
@@ -28,6 +40,9 @@ const LIMIT: f64 = 2.0;
 
 /// Calls per breaker, per worker, per round.
 const CALLS: u64 = 20;
+
+/// Operations per thread per round of the contended breaker.
+const SCALE_OPS: u64 = 2_000_000;
 
 /// One set of breakers on one clock.
 struct Set {
@@ -122,6 +137,68 @@ impl Workers {
     }
 }
 
+/// Nanoseconds of CPU time per `allow` + `record_latency` on `breaker`, for
+/// each of `threads` threads started together.
+fn per_thread(breaker: &Breaker, threads: usize, ops: u64) -> f64 {
+    let start = Barrier::new(threads);
+    let times: Vec<f64> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    // Its shard built before the clock starts.
+                    breaker.allow().expect("closed").record(true);
+                    start.wait();
+                    let t = cpu::thread_cpu_time();
+                    for _ in 0..ops {
+                        breaker
+                            .allow()
+                            .expect("closed")
+                            .record_latency(black_box(Duration::from_micros(200)), true);
+                    }
+                    (cpu::thread_cpu_time() - t).as_nanos() as f64 / ops as f64
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("bench thread")).collect()
+    });
+    times.iter().sum::<f64>() / times.len() as f64
+}
+
+/// The contended breaker: one thread and two, on 2 and on 64 shards.
+fn scaling(ops: u64, rounds: usize) {
+    let breakers: Vec<(usize, Breaker)> = [2, 64]
+        .into_iter()
+        .map(|shards| {
+            let b = Breaker::builder()
+                .ticker(false)
+                .shards(shards)
+                .clock(tailguard::clock::ClockSource::coarse())
+                .build()
+                .expect("valid config");
+            (shards, b)
+        })
+        .collect();
+    let mut best = [[f64::INFINITY; 2]; 2];
+    for _ in 0..rounds {
+        for (i, (_, b)) in breakers.iter().enumerate() {
+            for (j, threads) in [1, 2].into_iter().enumerate() {
+                best[i][j] = best[i][j].min(per_thread(b, threads, ops));
+            }
+        }
+    }
+    println!(
+        "one breaker, allow + record_latency, coarse clock, CPU time per op per thread (fastest of {rounds} rounds):"
+    );
+    for (i, (shards, _)) in breakers.iter().enumerate() {
+        println!(
+            "  {shards:>2} shards: one thread {:.2} ns, two threads {:.2} ns each ({:.2}x)",
+            best[i][0],
+            best[i][1],
+            best[i][1] / best[i][0]
+        );
+    }
+}
+
 fn main() {
     let check = std::env::args().any(|a| a == "--check");
     let timed = check || std::env::args().any(|a| a == "--bench");
@@ -166,5 +243,10 @@ fn main() {
     if check && close_ratio > LIMIT {
         eprintln!("FAIL: window close with 64 shards is {close_ratio:.2}x the 2-shard figure");
         std::process::exit(1);
+    }
+    if timed {
+        scaling(SCALE_OPS, 7);
+    } else {
+        scaling(1_000, 1);
     }
 }

@@ -405,7 +405,7 @@ impl Shards {
                 cell.swap(0, Ordering::AcqRel)
             }
         };
-        let add = |bucket: usize, n: u64, into: &mut Counts, sketch: &mut dyn FnMut(i32, u64)| {
+        let mut add = |bucket: usize, n: u64, into: &mut Counts| {
             if n != 0 {
                 into.calls += n;
                 if is_slow_bucket(bucket, t) {
@@ -417,72 +417,80 @@ impl Shards {
                 sketch(sketch_key(bucket, t), n);
             }
         };
-        // One pass over the shards built so far (a shard built after the
-        // pass passed its slot is read at the next close), merging their
-        // bucket words into `merged`; `visit` marks the words any shard
-        // had in use.
-        let mut merged = [0u64; WORDS * LANES];
+        // One pass over the slots: the shards built so far, remembered in
+        // `built` (a shard built after the pass passed its slot is read at
+        // the next close), their counters, marks and carries taken.
+        //
+        // Errors first: a record adds to its bucket before its error, so an
+        // error taken here usually has its call taken below or earlier. Not
+        // always: a record whose bucket word was marked by another record
+        // that has not set the mark yet is read at the next close. Nothing
+        // is lost or counted twice; window judgement caps errors at calls.
+        // The marks are taken before the words, so a word marked after this
+        // is visited next time; a shard's carries are read only when it
+        // marked them in use.
+        let mut built = [0u64; crate::builder::MAX_SHARDS / 64];
         let mut visit = 0u64;
-        for (_, s) in self.built() {
-            // Errors first: a record adds to its bucket before its error,
-            // so an error taken here usually has its call taken below or
-            // earlier. Not always: a record whose bucket word was marked by
-            // another record that has not set the mark yet is read at the
-            // next close. Nothing is lost or counted twice; window judgement
-            // caps errors at calls.
+        for (i, s) in self.built() {
+            built[i / 64] |= 1 << (i % 64);
             into.errors += take(&s.errors);
             into.cancelled += take(&s.cancelled);
             into.stale += take(&s.stale);
-            // The marks are taken before the words: a word marked after
-            // this is visited next time. The carries are read only when
-            // the shard marked them in use.
             let m = take(&s.touched);
-            if m & (1 << CARRIED) != 0 {
-                for carry in &s.carries {
-                    let v = take(carry);
-                    if v != 0 {
-                        add((v >> TAG_SHIFT) as usize - 1, v & COUNT_MASK, into, &mut sketch);
-                    }
-                }
-                if let Some(table) = s.overflow.get() {
-                    for (bucket, cell) in table.iter().enumerate() {
-                        add(bucket, take(cell), into, &mut sketch);
-                    }
+            visit |= m;
+            if m & (1 << CARRIED) == 0 {
+                continue;
+            }
+            for carry in &s.carries {
+                let v = take(carry);
+                if v != 0 {
+                    add((v >> TAG_SHIFT) as usize - 1, v & COUNT_MASK, into);
                 }
             }
-            let mut words = m & ((1 << WORDS) - 1);
-            visit |= words;
-            while words != 0 {
-                let w = words.trailing_zeros() as usize;
-                words &= words - 1;
-                let v = take(&s.buckets[w]);
-                for (lane, m) in merged[w * LANES..(w + 1) * LANES].iter_mut().enumerate() {
-                    *m += (v >> (16 * lane)) & LANE_MASK;
+            if let Some(table) = s.overflow.get() {
+                for (bucket, cell) in table.iter().enumerate() {
+                    add(bucket, take(cell), into);
                 }
             }
         }
-        // The single-writer shards: their differences, in every bucket.
         for s in self.local.iter() {
             into.errors += delta(&s.errors, &s.seen[BUCKETS]);
             into.cancelled += delta(&s.cancelled, &s.seen[BUCKETS + 1]);
             into.stale += delta(&s.stale, &s.seen[BUCKETS + 2]);
-            for (bucket, m) in merged[..BUCKETS].iter_mut().enumerate() {
-                *m += delta(&s.buckets[bucket], &s.seen[bucket]);
-            }
         }
+        // Which words to visit: those touched in any shared shard, and
+        // every word if there are local shards; each visited in every
+        // shard remembered above.
         if !self.local.is_empty() {
             visit = u64::MAX;
         }
+        let used = &built[..self.shared.len().div_ceil(64)];
         let mut words = visit & ((1 << WORDS) - 1);
         while words != 0 {
             let w = words.trailing_zeros() as usize;
             words &= words - 1;
-            for lane in 0..LANES {
+            let mut merged = [0u64; LANES];
+            for (k, &bits) in used.iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    let i = k * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let Some(s) = self.shard(i) else { continue };
+                    let v = take(&s.buckets[w]);
+                    for (lane, m) in merged.iter_mut().enumerate() {
+                        *m += (v >> (16 * lane)) & LANE_MASK;
+                    }
+                }
+            }
+            for (lane, m) in merged.iter_mut().enumerate() {
                 let bucket = w * LANES + lane;
                 if bucket >= BUCKETS {
                     break;
                 }
-                add(bucket, merged[bucket], into, &mut sketch);
+                for s in self.local.iter() {
+                    *m += delta(&s.buckets[bucket], &s.seen[bucket]);
+                }
+                add(bucket, *m, into);
             }
         }
     }

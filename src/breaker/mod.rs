@@ -770,7 +770,7 @@ impl Breaker {
     /// rolling-window ring, its flapping ring, its event queue (with a
     /// listener or the `tracing` feature) and its name. A listener's own
     /// captures are not counted. The figures measured at the defaults are
-    /// in [`guide::figures`](crate::guide::figures) (2,632 bytes with two
+    /// in [`guide::figures`](crate::guide::figures) (2,640 bytes with two
     /// shards in use).
     ///
     /// ```
