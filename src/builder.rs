@@ -9,6 +9,7 @@ use crate::config::{CancelPolicy, Config, Jitter, RelativeLatency, Sizes};
 use crate::error::{ConfigError, ConfigErrorKind as K};
 use crate::events::Listener;
 use crate::report::Transition;
+use crate::shard::MAX_SHARDS;
 use crate::trip::{ppb, Rule, PPB};
 use core::fmt;
 use std::time::Duration;
@@ -158,8 +159,6 @@ const MAX_ROLLING_WINDOWS: u64 = 1024;
 const _: () = assert!(MAX_ROLLING_WINDOWS <= u16::MAX as u64);
 /// Most owned per-core handles (one bit each in a `u64`).
 const MAX_LOCAL_HANDLES: usize = 64;
-/// Most shared counter shards.
-pub(crate) const MAX_SHARDS: usize = 1024;
 
 impl Breaker {
     /// A builder with the defaults (see [`BreakerBuilder`]).

@@ -57,6 +57,9 @@ const WORDS: usize = BUCKETS.div_ceil(LANES);
 const _: () = assert!(WORDS < 64, "the touched mask has one bit per word, and one for carries");
 const LANE_MASK: u64 = 0xffff;
 const SPILL_AT: u64 = 1 << 15;
+/// Most shared counter shards a breaker may be configured with.
+pub(crate) const MAX_SHARDS: usize = 1024;
+
 /// Carry counters per shard.
 /// Sixteen: with the four rejection counters, the shard fills 640 bytes
 /// (five 128-byte pairs of lines) exactly.
@@ -429,7 +432,7 @@ impl Shards {
         // The marks are taken before the words, so a word marked after this
         // is visited next time; a shard's carries are read only when it
         // marked them in use.
-        let mut built = [0u64; crate::builder::MAX_SHARDS / 64];
+        let mut built = [0u64; MAX_SHARDS / 64];
         let mut visit = 0u64;
         for (i, s) in self.built() {
             built[i / 64] |= 1 << (i % 64);

@@ -65,7 +65,7 @@ impl Inner {
         // one whose calls enter after the close, as if it had come after
         // `end_close`, and the claim and the unmarking visit exactly the
         // marked slots.
-        let mut marked = [0u64; crate::builder::MAX_SHARDS / 64];
+        let mut marked = [0u64; crate::shard::MAX_SHARDS / 64];
         for (i, s) in self.shards.built() {
             if let Some(f) = s.in_flight() {
                 f.begin_close();
