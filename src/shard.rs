@@ -526,12 +526,15 @@ impl Shards {
     }
 }
 
-/// A small per-thread index, handed out round-robin on first use.
+/// A small per-thread index, handed out on a thread's first use: the
+/// lowest-numbered free one first (an index a thread that exited gave back),
+/// else the next never used. So the indices in use at any time are about as
+/// many as the threads alive that have called a breaker, and a breaker whose
+/// threads come and go (a pool that retires idle threads) keeps reusing the
+/// shards it built instead of building one for each new thread.
 #[inline(always)]
 pub(crate) fn thread_index() -> usize {
     use core::cell::Cell;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
     }
@@ -540,10 +543,49 @@ pub(crate) fn thread_index() -> usize {
         if v != usize::MAX {
             return v;
         }
-        let v = NEXT.fetch_add(1, Ordering::Relaxed);
-        i.set(v);
-        v
+        assign_thread_index(i)
     })
+}
+
+/// Indices given back by threads that exited, and the next never used.
+static INDICES: std::sync::Mutex<(Vec<usize>, usize)> = std::sync::Mutex::new((Vec::new(), 0));
+
+/// Gives the calling thread an index (see [`thread_index`]) and arranges for
+/// it to be given back when the thread exits. A thread whose exit has begun
+/// (a thread-local destructor calling a breaker) keeps the index it had, or
+/// gets a fresh one it never gives back: either way only a shard is shared.
+#[cold]
+#[inline(never)]
+fn assign_thread_index(cell: &core::cell::Cell<usize>) -> usize {
+    struct GiveBack(core::cell::Cell<Option<usize>>);
+    impl Drop for GiveBack {
+        fn drop(&mut self) {
+            if let Some(v) = self.0.take() {
+                let mut free = INDICES.lock().unwrap_or_else(|e| e.into_inner());
+                free.0.push(v);
+                // Lowest first: the shards of low indices are the ones most
+                // breakers have built already.
+                free.0.sort_unstable_by(|a, b| b.cmp(a));
+            }
+        }
+    }
+    thread_local! {
+        static GIVE_BACK: GiveBack = const { GiveBack(core::cell::Cell::new(None)) };
+    }
+    let v = {
+        let mut free = INDICES.lock().unwrap_or_else(|e| e.into_inner());
+        match free.0.pop() {
+            Some(v) => v,
+            None => {
+                free.1 += 1;
+                free.1 - 1
+            }
+        }
+    };
+    cell.set(v);
+    // Registering the give-back fails only once the thread's exit has begun.
+    let _ = GIVE_BACK.try_with(|g| g.0.set(Some(v)));
+    v
 }
 
 #[cfg(all(test, not(tailguard_loom)))]
