@@ -150,6 +150,10 @@ fn first_calls_racing_closes_and_transitions(track: bool) {
         granted.load(Ordering::Relaxed) + rejected.load(Ordering::Relaxed),
         200 * 15
     );
+    if !track {
+        // Every call's latency, merged from the shards that held it.
+        assert_eq!(b.latency_histogram().count(), t.calls, "{t:?}");
+    }
 }
 
 /// With in-flight tracking, 200 threads (half of them making a hung call
@@ -445,6 +449,7 @@ fn a_1024_shard_breaker_holds_at_most_1024_shards_and_counts_each_once() {
     assert!((1..=1024).contains(&held), "{held}");
     settle(&b, &clock);
     assert_eq!(b.snapshot().totals.calls, 1100);
+    assert_eq!(b.latency_histogram().count(), 1100);
 }
 
 /// A breaker whose shards were built by several threads, dropped on a
