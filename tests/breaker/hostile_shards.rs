@@ -471,3 +471,22 @@ fn a_breaker_with_shards_built_elsewhere_drops_on_another_thread() {
     });
     t.join().unwrap();
 }
+
+/// docs/figures.md's memory paragraph sends the reader to "Shards grow with
+/// the threads" below, for the 64-vs-2-shard claim (a8c3891's
+/// `benches/shard_growth.rs` measures it): the section must be there.
+#[test]
+fn docs_figures_has_the_shards_grow_section_it_refers_to() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/figures.md");
+    let figures = std::fs::read_to_string(path).unwrap();
+    assert!(
+        figures.contains("see \"Shards grow with the threads\" below"),
+        "the reference this test is about"
+    );
+    assert!(
+        figures
+            .lines()
+            .any(|l| l.starts_with('#') && l.contains("Shards grow with the threads")),
+        "docs/figures.md refers to a section \"Shards grow with the threads\" it does not have"
+    );
+}
