@@ -490,3 +490,23 @@ fn docs_figures_has_the_shards_grow_section_it_refers_to() {
         "docs/figures.md refers to a section \"Shards grow with the threads\" it does not have"
     );
 }
+
+/// docs/figures.md: "in-flight tracking 144 bytes per shard", and a shard
+/// "in use" is one a thread built: a 64-shard breaker with tracking grows
+/// by one shard and its slots at a thread's first call, and by nothing at
+/// later calls, verdicts, drops or closes.
+#[test]
+fn in_flight_slots_are_built_with_their_shard_and_only_then() {
+    let clock = ManualClock::new();
+    let b = builder(&clock).shards(64).track_in_flight(true).build().unwrap();
+    let empty = b.memory_bytes();
+    let hung = b.allow().unwrap();
+    let one = b.memory_bytes();
+    assert_eq!(one - empty, SHARD + 144, "a shard and its in-flight slots");
+    b.allow().unwrap().record(true);
+    drop(b.allow().unwrap());
+    next_window(&b, &clock);
+    drop(hung);
+    next_window(&b, &clock);
+    assert_eq!(b.memory_bytes(), one);
+}
