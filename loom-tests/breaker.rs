@@ -18,7 +18,7 @@
 //! | lease expiry against the probe's verdict (`breaker/window.rs`, `breaker/admission.rs`) | `a_probe_verdict_racing_its_lease_expiry_decides_the_round_once` |
 //! | rounds and generations: the 64-bit generation, stale verdicts (`state.rs`, `breaker/transition.rs`, `breaker/permit.rs`) | `a_stale_generation_result_changes_nothing`, `a_probe_from_an_old_round_never_decides_the_new_one` |
 //! | OPEN deadline published after the trip, withdrawn after the OPEN, and the time OPEN summed as it is withdrawn (`breaker/open.rs`) | `a_call_racing_a_trip_is_admitted_before_it_or_rejected`, `time_open_is_read_once_against_a_racing_end_and_re_open` |
-//! | window close against records into shared shards; shards built by a thread's first call, published once (`shard.rs`, `sync.rs`'s `OnceBox`, `breaker/window.rs`, `breaker/flight.rs`) | `counters_are_conserved_across_a_concurrent_tick`, `a_shard_built_by_a_first_call_during_a_close_counts_it_once` |
+//! | window close against records into shared shards; shards built by a thread's first call, published once (`shard.rs`, `sync.rs`'s `OnceBox`, `breaker/window.rs`, `breaker/flight.rs`) | `counters_are_conserved_across_a_concurrent_tick`, `a_shard_built_by_a_first_call_during_a_close_counts_it_once`, `two_first_calls_racing_to_build_one_shard_and_the_last_drop_count_once`, `a_hung_first_call_racing_a_close_and_recorded_elsewhere_is_slow_once` |
 //! | owned handles: single-writer shards read by window close, shards handed out by CAS (`shard.rs`, `breaker/permit.rs`) | `local_handle_records_are_conserved_across_a_concurrent_tick`, `a_local_shard_is_handed_out_once` |
 //! | in-flight slots: enter, leave and claim as CASes on one word; the floor and the closing flag; generation tags keeping calls after a transition from those before it (`flight.rs`, `breaker/flight.rs`) | `an_in_flight_call_is_counted_once_against_a_racing_claim`, `a_call_starting_during_a_close_after_a_clock_step_is_never_slow`, `a_call_admitted_after_a_transition_is_never_claimed_with_those_before` |
 //! | tasks parked elsewhere, woken by a transition into OPEN (`breaker/watch.rs`) | `a_parked_task_is_woken_or_sees_the_breaker_open` |
@@ -207,6 +207,76 @@ fn a_shard_built_by_a_first_call_during_a_close_counts_it_once() {
         b.tick();
         let totals = b.snapshot().totals;
         assert_eq!((totals.calls, totals.slow, totals.errors), (2, 2, 2));
+    });
+}
+
+/// Two first calls race to build the same shard slot (loom runs every
+/// model thread on one OS thread: they share a thread index), one a
+/// verdict, one a dropped permit (cancelled, or claimed slow in flight),
+/// while a close runs; then the last handle is dropped on another thread
+/// while the model's own drops (the shard, built by one thread, freed by
+/// another). Each call counts once. From the hostile review of issue 21
+/// item 4 (a8c3891).
+#[test]
+fn two_first_calls_racing_to_build_one_shard_and_the_last_drop_count_once() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .shards(2)
+            .track_in_flight(true)
+            .build()
+            .unwrap();
+        let b1 = b.clone();
+        let t1 = thread::spawn(move || b1.allow().unwrap().record(true));
+        let b2 = b.clone();
+        let t2 = thread::spawn(move || drop(b2.allow().unwrap()));
+        clock.advance(SEC);
+        b.tick();
+        t1.join().unwrap();
+        t2.join().unwrap();
+        clock.advance(SEC);
+        b.tick();
+        // The dropped permit is a cancellation, or a call (slow) if the
+        // close claimed it in flight first (it has run 1 s by then).
+        let t = b.snapshot().totals;
+        assert_eq!((t.calls + t.cancelled, t.stale), (2, 0), "{t:?}");
+        assert!(t.slow <= t.calls, "{t:?}");
+        let w = Arc::new(b);
+        let last = Arc::clone(&w);
+        let t3 = thread::spawn(move || drop(last));
+        drop(w);
+        t3.join().unwrap();
+    });
+}
+
+/// A hung call that is its thread's first (it builds the shard it enters)
+/// racing a close, its permit recorded later by the model's own thread:
+/// slow exactly once, whether the close claimed it or the verdict counts
+/// it. From the hostile review of issue 21 item 4 (a8c3891).
+#[test]
+fn a_hung_first_call_racing_a_close_and_recorded_elsewhere_is_slow_once() {
+    model(|| {
+        let clock = ManualClock::new();
+        let b = Breaker::builder()
+            .clock(clock.clone())
+            .shards(1)
+            .track_in_flight(true)
+            .latency_threshold(SEC)
+            .build()
+            .unwrap();
+        let b1 = b.clone();
+        let t = thread::spawn(move || b1.allow_owned().unwrap());
+        clock.advance(3 * SEC);
+        b.tick();
+        let p = t.join().unwrap();
+        clock.advance(3 * SEC);
+        b.tick();
+        p.record_latency(6 * SEC, true);
+        clock.advance(SEC);
+        b.tick();
+        let t = b.snapshot().totals;
+        assert_eq!((t.calls, t.slow, t.stale, t.cancelled), (1, 1, 0, 0), "{t:?}");
     });
 }
 

@@ -401,3 +401,47 @@ fn a_breaker_dropped_on_the_ticker_thread_does_not_kill_it() {
         "the other breaker's closes stopped: {then:?} -> {now:?}"
     );
 }
+
+/// Hostile review of issue 21 item 4 (a8c3891, f042f54: the ticker
+/// prefetches a breaker's shard slots, then the shards it built): 200
+/// threads make their first calls into 64-shard breakers (one with
+/// in-flight tracking) while the process ticker closes their 5 ms windows;
+/// once the threads are done, the ticker's closes count every call once.
+#[test]
+fn first_calls_of_200_threads_under_the_ticker_are_each_counted_once() {
+    let _serial = serial();
+    let ticker = Ticker::start().unwrap();
+    let make = |track| {
+        Breaker::builder()
+            .window(5 * MS)
+            .shards(64)
+            .trip_windows(255)
+            .error_rate(1.0)
+            .track_in_flight(track)
+            .build()
+            .unwrap()
+    };
+    let (plain, tracked) = (make(false), make(true));
+    std::thread::scope(|s| {
+        for i in 0..200 {
+            let (plain, tracked) = (&plain, &tracked);
+            s.spawn(move || {
+                for j in 0..10 {
+                    let b = if (i + j) % 2 == 0 { plain } else { tracked };
+                    b.allow().unwrap().record_latency(MS, j % 3 != 0);
+                }
+            });
+        }
+    });
+    for b in [&plain, &tracked] {
+        wait_until("the ticker to close the windows of every call", || {
+            b.snapshot().totals.calls >= 1000
+        });
+        // Two more windows: nothing counted twice.
+        let at = b.snapshot().window.closed_at;
+        wait_until("two more closes", || b.snapshot().window.closed_at >= at + 10 * MS);
+        let t = b.snapshot().totals;
+        assert_eq!((t.calls, t.errors, t.stale, t.cancelled), (1000, 400, 0, 0), "{t:?}");
+    }
+    drop(ticker);
+}

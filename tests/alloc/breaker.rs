@@ -102,3 +102,36 @@ fn hot_paths_and_transitions_never_allocate() {
     assert_eq!(b.state(), State::Closed);
     assert!(events.load(Ordering::Relaxed) >= 6);
 }
+
+/// DESIGN "Architecture": the hot path (`allow`, `record`) is
+/// allocation-free. Since issue 21 item 4 a thread's first call into a
+/// breaker builds its shard (one allocation, two with in-flight tracking)
+/// when no thread mapping to that slot called before: a thread whose
+/// thread-local index is already set (warmed on another breaker) then
+/// allocates in `allow`/`record`, and in a rejection. From the hostile
+/// review of issue 21 item 4 (a8c3891).
+#[test]
+fn a_threads_first_call_into_a_breaker_allocates_nothing() {
+    let warm = Breaker::builder().ticker(false).shards(1).build().unwrap();
+    let b = Breaker::builder()
+        .ticker(false)
+        .shards(64)
+        .track_in_flight(true)
+        .build()
+        .unwrap();
+    let open = Breaker::builder().ticker(false).shards(64).build().unwrap();
+    open.trip_now();
+    let (call, rejection) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // This thread's index, and the shard of a breaker it called
+            // before: what "the first call" may still set up.
+            warm.allow().unwrap().record(true);
+            let call = allocations_during(|| b.allow().unwrap().record(true));
+            let rejection = allocations_during(|| assert!(open.allow().is_err()));
+            (call, rejection)
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!((call, rejection), (0, 0), "allocations: (first call, first rejection)");
+}

@@ -20,6 +20,7 @@ mod generation_wrap;
 mod half_open;
 mod handles;
 mod hostile_adaptive;
+mod hostile_shards;
 mod in_flight;
 mod leases;
 mod overrides;
