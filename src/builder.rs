@@ -487,7 +487,11 @@ impl BreakerBuilder {
     /// into the shard its index maps to, and a shard is built (640 bytes,
     /// one allocation) by the first call of a thread that maps to it. A
     /// breaker configured for 64 shards and called from two threads holds
-    /// two shards and 64 eight-byte slots, and its window close merges two.
+    /// at most two shards (one, when the two threads' indices map to the
+    /// same shard) and 64 eight-byte slots, and its window close merges
+    /// those. A thread that exits gives its index back to the next thread
+    /// that starts calling breakers, so a pool whose threads come and go
+    /// reuses the shards its earlier threads built.
     ///
     /// ```
     /// let wide = tailguard::Breaker::builder().shards(64).build().unwrap();

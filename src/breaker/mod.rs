@@ -319,7 +319,12 @@ impl Breaker {
     /// In CLOSED this is one atomic load and one read of the clock; it never
     /// blocks, allocates, makes a system call or runs user code (a
     /// transition it makes is delivered to the listener later, see
-    /// [`BreakerBuilder::on_transition`](crate::BreakerBuilder::on_transition)) in any state.
+    /// [`BreakerBuilder::on_transition`](crate::BreakerBuilder::on_transition)) in any state,
+    /// with one exception: a thread's first call into a breaker (its first
+    /// verdict, rejection or in-flight entry) builds the shard it counts in,
+    /// one allocation (see [`BreakerBuilder::shards`](crate::BreakerBuilder::shards)),
+    /// and a thread's first call into any breaker takes its thread index
+    /// under a lock.
     ///
     /// ```
     /// let b = tailguard::Breaker::builder().build().unwrap();

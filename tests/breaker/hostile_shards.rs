@@ -381,15 +381,15 @@ fn prometheus_export_of_a_breaker_with_no_shard_built_has_every_series_at_zero()
     }
 }
 
-/// `BreakerBuilder::shards`: "A breaker configured for 64 shards and called
-/// from two threads holds two shards"; docs/figures.md counts two shards
-/// for two threads. Two threads map to the same slot whenever their
-/// process-wide thread indices are equal modulo the shard count: with two
-/// shards, every other thread the process starts. Eight breakers of two
-/// shards, each called by this thread and one new thread.
+/// `BreakerBuilder::shards`: a breaker called from two threads holds at
+/// most two shards, one per calling thread, and one when the two threads'
+/// indices map to the same slot (indices are the process's, handed out to
+/// every thread, equal modulo the shard count for some pairs: with two
+/// shards, often). The hostile review found the docs claiming exactly two;
+/// they now say at most. Eight breakers of two shards, each called by this
+/// thread and one new thread.
 #[test]
-fn two_threads_calling_a_breaker_hold_two_shards() {
-    let mut shards = Vec::new();
+fn two_threads_calling_a_breaker_hold_at_most_two_shards() {
     for _ in 0..8 {
         let b = Breaker::builder().ticker(false).shards(2).build().unwrap();
         let empty = b.memory_bytes();
@@ -397,9 +397,12 @@ fn two_threads_calling_a_breaker_hold_two_shards() {
         std::thread::scope(|s| {
             s.spawn(|| b.allow().unwrap().record(true));
         });
-        shards.push(built_since(&b, empty));
+        let held = built_since(&b, empty);
+        assert!(
+            (1..=2).contains(&held),
+            "{held} shards held by a breaker called from two threads"
+        );
     }
-    assert_eq!(shards, [2; 8], "shards held by breakers called from two threads");
 }
 
 /// docs/figures.md, "Shards grow with the threads": memory and close cost
