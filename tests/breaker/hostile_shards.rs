@@ -406,22 +406,34 @@ fn two_threads_calling_a_breaker_hold_at_most_two_shards() {
 }
 
 /// docs/figures.md, "Shards grow with the threads": memory and close cost
-/// "follow the threads that use the breaker". A breaker of 64 shards used
-/// by two threads at a time, whose threads are replaced (a worker restarts,
-/// a blocking pool retires idle threads), holds every shard it may grow.
+/// follow the threads that use the breaker. A breaker of 64 shards used by
+/// two threads at a time, whose threads are replaced 64 times (a worker
+/// restarts, a blocking pool retires idle threads), holds the shards of two
+/// threads: an exiting thread gives its index back, the next one takes it
+/// (the hostile review found all 64 built before indices were reused).
+///
+/// Ignored in the parallel run: the indices are the process's, and the
+/// threads other tests hold at the same moment take indices too. `.ci/run`
+/// runs it alone (`--ignored --test-threads=1`). The threads are joined
+/// one by one: a thread gives its index back in a thread-local destructor,
+/// which a scope's implicit join does not wait for.
 #[test]
+#[ignore = "needs the process to itself: .ci/run runs it with --test-threads=1"]
 fn a_breaker_used_by_two_threads_at_a_time_holds_at_most_a_few_shards() {
     let b = Breaker::builder().ticker(false).shards(64).build().unwrap();
     let empty = b.memory_bytes();
     for _ in 0..64 {
-        std::thread::scope(|s| {
-            s.spawn(|| b.allow().unwrap().record(true));
-            s.spawn(|| b.allow().unwrap().record(true));
-        });
+        let pair: Vec<_> = (0..2)
+            .map(|_| {
+                let b = b.clone();
+                std::thread::spawn(move || b.allow().unwrap().record(true))
+            })
+            .collect();
+        pair.into_iter().for_each(|t| t.join().unwrap());
     }
     let held = built_since(&b, empty);
     assert!(
-        held <= 4,
+        held <= 3,
         "two threads at a time, replaced 64 times: {held} shards held"
     );
 }
