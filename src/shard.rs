@@ -346,11 +346,7 @@ impl Shards {
     #[inline(always)]
     pub(crate) fn mine_indexed(&self) -> (usize, &Shard) {
         let index = thread_index() & self.mask;
-        let slot = &self.shared[index];
-        let shard = match slot.get() {
-            Some(shard) => shard,
-            None => slot.get_or_init(|| CachePadded::new(Shard::new(self.track_in_flight))),
-        };
+        let shard = self.shared[index].get_or_build(|| CachePadded::new(Shard::new(self.track_in_flight)));
         (index, shard)
     }
 

@@ -53,6 +53,16 @@ impl<T> OnceBox<T> {
         unsafe { p.as_ref() }
     }
 
+    /// The value, built by `init` first if it is not set: the set case
+    /// inline (one load and a test), the building out of line.
+    #[inline(always)]
+    pub(crate) fn get_or_build(&self, init: impl FnOnce() -> T) -> &T {
+        match self.get() {
+            Some(v) => v,
+            None => self.get_or_init(init),
+        }
+    }
+
     /// The value, set first by `init` if no thread has set it yet.
     #[cold]
     #[inline(never)]

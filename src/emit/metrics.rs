@@ -261,11 +261,7 @@ impl Metrics {
 
     #[inline(always)]
     fn mine(&self) -> &Shard {
-        let slot = &self.shards[thread_index() & self.mask];
-        match slot.get() {
-            Some(shard) => shard,
-            None => slot.get_or_init(|| CachePadded::new(Shard::new())),
-        }
+        self.shards[thread_index() & self.mask].get_or_build(|| CachePadded::new(Shard::new()))
     }
 
     /// The shards built so far.
