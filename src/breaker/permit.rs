@@ -472,6 +472,19 @@ impl OwnedPermit {
         self.settle(|core| core.finish_timed_out(ns, Sink::Shared));
     }
 
+    /// As [`record_latency`](Self::record_latency), in nanoseconds (the
+    /// emitter's [`Attempt`](crate::emit::Attempt)).
+    #[inline]
+    pub(crate) fn record_latency_ns(self, latency_ns: u64, ok: bool) {
+        self.settle(|core| core.finish(latency_ns, ok, Sink::Shared));
+    }
+
+    /// As [`record_timeout`](Self::record_timeout), in nanoseconds.
+    #[inline]
+    pub(crate) fn record_timeout_ns(self, elapsed_ns: u64) {
+        self.settle(|core| core.finish_timed_out(elapsed_ns, Sink::Shared));
+    }
+
     /// As [`Permit::is_probe`].
     ///
     /// ```

@@ -64,6 +64,17 @@ impl Verdict for Permit<'_> {
     }
 }
 
+impl Verdict for crate::OwnedPermit {
+    #[inline(always)]
+    fn record_latency_ns(self, latency_ns: u64, ok: bool) {
+        crate::OwnedPermit::record_latency_ns(self, latency_ns, ok);
+    }
+    #[inline]
+    fn record_timeout_ns(self, elapsed_ns: u64) {
+        crate::OwnedPermit::record_timeout_ns(self, elapsed_ns);
+    }
+}
+
 impl Verdict for LocalPermit<'_> {
     #[inline(always)]
     fn record_latency_ns(self, latency_ns: u64, ok: bool) {
@@ -124,7 +135,7 @@ pub(super) trait Host<T> {
     /// out (failed and slow), whatever it returned. Returns whether it was
     /// late.
     #[inline(always)]
-    fn record_call(&self, permit: Self::Permit<'_>, ok: bool, elapsed_ns: u64) -> bool {
+    fn record_call(&self, permit: impl Verdict, ok: bool, elapsed_ns: u64) -> bool {
         let late = elapsed_ns > self.timeout_ns();
         if late {
             permit.record_timeout_ns(elapsed_ns);
@@ -187,6 +198,18 @@ pub(super) trait Host<T> {
         panic: Box<dyn Any + Send>,
     ) -> ! {
         drop(slot);
+        self.failed_in_panic(permit, trigger, class, start);
+        resume_unwind(panic)
+    }
+
+    /// What [`panicked`](Self::panicked) does before the panic resumes
+    /// (the slot already given back): the breaker counts a failure, and
+    /// the trigger is queued (counted as failed, with an emit time) if
+    /// the queue takes it; what cannot be queued is counted in
+    /// `dropped_in_panics` (and the emit, if it is the trigger itself, as
+    /// cancelled).
+    #[cold]
+    fn failed_in_panic(&self, permit: impl Verdict, trigger: T, class: Priority, start: u64) {
         let clock = self.breaker().clock();
         let end = clock.raw();
         permit.record_latency_ns(clock.delta_nanos(start, end), false);
@@ -204,7 +227,6 @@ pub(super) trait Host<T> {
                 self.metrics_count(Count::PanicDropped);
             }
         }
-        resume_unwind(panic)
     }
 
     /// Settles an emit's call that returned `result` `elapsed_ns` after its
@@ -216,7 +238,7 @@ pub(super) trait Host<T> {
     #[inline(always)]
     fn settle<O, E>(
         &self,
-        permit: Self::Permit<'_>,
+        permit: impl Verdict,
         result: Result<O, E>,
         trigger: T,
         class: Priority,

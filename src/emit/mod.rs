@@ -98,6 +98,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod attempt;
 mod blocking;
 mod call;
 mod future;
@@ -106,6 +107,7 @@ mod metrics;
 mod pending;
 mod replay;
 
+pub use attempt::InFlight;
 pub use local::{LocalEmitter, LocalStatsReader};
 pub use metrics::{EmitTimes, EmitterStats};
 #[cfg(feature = "prometheus")]

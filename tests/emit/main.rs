@@ -16,6 +16,7 @@ mod cancellation;
 mod consumers;
 mod hostile_runtimes;
 mod hostile_runtimes_2;
+mod in_flight;
 #[cfg(feature = "tokio")]
 mod no_runtime;
 mod outcomes;

@@ -1,0 +1,943 @@
+//! The native half of the `tailguard` Python package: the breaker, its
+//! permits and decorator, the manual clock, the emitter's admission and
+//! accounting (its calls are awaited in Python: `tailguard/_emitter.py`),
+//! and the registry's Prometheus text. Everything a call pays for
+//! (`allow`, a verdict, a guarded call, an emit's begin and end) runs here
+//! under the GIL without releasing it; only the cold operations that may
+//! wait for the ticker thread (overrides, `tick`, building a breaker)
+//! release it, so that a listener (called on the ticker thread, with the
+//! GIL) never waits on a thread that holds the GIL while it waits for the
+//! ticker.
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
+use std::sync::OnceLock;
+use std::time::Duration;
+use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
+use tailguard::emit::{Divert, Emitted, Emitter, HandBack, InFlight};
+use tailguard::{BreakerBuilder, Rejected, State, Ticker};
+
+type Trigger = Py<PyAny>;
+
+// ----------------------------------------------------------------------
+// Values and exceptions defined in Python (`tailguard/_types.py`,
+// `tailguard/_errors.py`), looked up once.
+
+macro_rules! py_type {
+    ($fn:ident, $module:literal, $name:literal) => {
+        fn $fn(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+            static CELL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+            CELL.import(py, $module, $name)
+        }
+    };
+}
+
+py_type!(breaker_open_type, "tailguard._errors", "BreakerOpen");
+py_type!(permit_used_type, "tailguard._errors", "PermitUsed");
+py_type!(queue_full_type, "tailguard._errors", "QueueFull");
+py_type!(shut_down_type, "tailguard._errors", "EmitterShutDown");
+py_type!(divert_type, "tailguard._types", "Divert");
+py_type!(delivered_type, "tailguard._types", "Delivered");
+py_type!(diverted_type, "tailguard._types", "Diverted");
+py_type!(handed_back_type, "tailguard._types", "HandedBack");
+py_type!(priority_type, "tailguard._types", "Priority");
+py_type!(stats_type, "tailguard._types", "EmitterStats");
+py_type!(state_type, "tailguard._types", "State");
+py_type!(mode_type, "tailguard._types", "Mode");
+
+fn py_fn<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("tailguard._types")?.getattr(name)
+}
+
+/// `LatencyBreach` → `latency_breach`: the snake-case name of a variant,
+/// from its `Debug` form (so a variant added in the crate gets a name too).
+fn snake(debug: impl std::fmt::Debug) -> String {
+    let camel = format!("{debug:?}");
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A non-negative, finite number of seconds, for the setting `name`.
+fn duration(name: &str, seconds: f64) -> PyResult<Duration> {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "{name}: expected a finite, non-negative number of seconds, got {seconds}"
+        )));
+    }
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|e| PyValueError::new_err(format!("{name}: {seconds} seconds is out of range ({e})")))
+}
+
+fn rejected_err(py: Python<'_>, r: Rejected) -> PyErr {
+    let retry_after = r.retry_after().map(secs);
+    let reason = snake(r.reason());
+    let msg = match retry_after {
+        Some(s) => format!("breaker rejected the call ({reason}); retry after {s:.3} s"),
+        None => format!("breaker rejected the call ({reason})"),
+    };
+    match breaker_open_type(py).and_then(|t| t.call1((msg, retry_after, reason))) {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => e,
+    }
+}
+
+fn permit_used(py: Python<'_>) -> PyErr {
+    let msg = "this permit's verdict is already recorded (a permit is one call: take a new one with allow())";
+    match permit_used_type(py).and_then(|t| t.call1((msg,))) {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => e,
+    }
+}
+
+fn priority_from(p: &Bound<'_, PyAny>) -> PyResult<Priority> {
+    let i: i64 = p
+        .extract()
+        .map_err(|_| PyTypeError::new_err("priority: expected a tailguard.Priority (IDLE, ROUTINE, CRITICAL)"))?;
+    match i {
+        0 => Ok(Priority::Idle),
+        1 => Ok(Priority::Routine),
+        2 => Ok(Priority::Critical),
+        _ => Err(PyValueError::new_err(format!(
+            "priority: {i} is not a tailguard.Priority (0 IDLE, 1 ROUTINE, 2 CRITICAL)"
+        ))),
+    }
+}
+
+fn priority_py(py: Python<'_>, p: Priority) -> PyResult<Bound<'_, PyAny>> {
+    priority_type(py)?.call1((p as u8,))
+}
+
+fn state_py(py: Python<'_>, s: State) -> PyResult<Bound<'_, PyAny>> {
+    state_type(py)?.call1((snake(s),))
+}
+
+// ----------------------------------------------------------------------
+// The process ticker: held for the life of the process, so that dropping
+// the last breaker never joins the ticker thread from a thread that holds
+// the GIL (a listener on the ticker thread may be waiting for it).
+
+fn keep_ticker() -> PyResult<()> {
+    static TICKER: OnceLock<Ticker> = OnceLock::new();
+    if TICKER.get().is_none() {
+        let t =
+            Ticker::start().map_err(|e| PyRuntimeError::new_err(format!("could not start the ticker thread: {e}")))?;
+        let _ = TICKER.set(t);
+    }
+    Ok(())
+}
+
+// ----------------------------------------------------------------------
+// The manual clock.
+
+/// A clock that moves only when told (`tailguard.ManualClock` wraps it).
+#[pyclass(module = "tailguard._native", name = "_ManualClock", frozen)]
+struct PyManualClock {
+    clock: tailguard::clock::ManualClock,
+}
+
+#[pymethods]
+impl PyManualClock {
+    #[new]
+    fn new() -> Self {
+        Self {
+            clock: tailguard::clock::ManualClock::new(),
+        }
+    }
+    fn advance(&self, seconds: f64) -> PyResult<()> {
+        self.clock.advance(duration("seconds", seconds)?);
+        Ok(())
+    }
+    fn rewind(&self, seconds: f64) -> PyResult<()> {
+        self.clock.rewind(duration("seconds", seconds)?);
+        Ok(())
+    }
+    fn set(&self, seconds: f64) -> PyResult<()> {
+        self.clock.set(duration("seconds", seconds)?);
+        Ok(())
+    }
+    fn now(&self) -> f64 {
+        secs(self.clock.now())
+    }
+}
+
+// ----------------------------------------------------------------------
+// The breaker.
+
+/// The settings `Breaker(...)` takes, applied to a builder; every one is
+/// checked here (a `ValueError` naming it) or by the crate's `build`.
+fn builder_from(py: Python<'_>, kw: Option<&Bound<'_, PyDict>>) -> PyResult<BreakerBuilder> {
+    let mut b = tailguard::Breaker::builder();
+    let mut ticker: Option<bool> = None;
+    let mut manual = false;
+    if let Some(kw) = kw {
+        for (k, v) in kw.iter() {
+            let key: String = k.extract()?;
+            let d = |v: &Bound<'_, PyAny>| -> PyResult<Duration> {
+                let s: f64 = v
+                    .extract()
+                    .map_err(|_| PyTypeError::new_err(format!("{key}: expected seconds (a number)")))?;
+                duration(&key, s)
+            };
+            let int = |v: &Bound<'_, PyAny>| -> PyResult<u64> {
+                v.extract::<u64>()
+                    .map_err(|_| PyValueError::new_err(format!("{key}: expected a non-negative integer, got {v}")))
+            };
+            let small = |v: &Bound<'_, PyAny>| -> PyResult<u32> {
+                let n = int(v)?;
+                u32::try_from(n).map_err(|_| PyValueError::new_err(format!("{key}: {n} is too large")))
+            };
+            let float = |v: &Bound<'_, PyAny>| -> PyResult<f64> {
+                v.extract::<f64>()
+                    .map_err(|_| PyTypeError::new_err(format!("{key}: expected a number, got {v}")))
+            };
+            b = match key.as_str() {
+                "latency_threshold" => b.latency_threshold(d(&v)?),
+                "quantile" => b.quantile(float(&v)?),
+                "trip_windows" => b.trip_windows(small(&v)?),
+                "window" => b.window(d(&v)?),
+                "error_rate" => b.error_rate(float(&v)?),
+                "error_window" => b.error_window(d(&v)?),
+                "min_calls" => b.min_calls(int(&v)?),
+                "failure_count" => {
+                    let (n, within): (Bound<'_, PyAny>, Bound<'_, PyAny>) = v
+                        .extract()
+                        .map_err(|_| PyTypeError::new_err("failure_count: expected (failures, within_seconds)"))?;
+                    b.failure_count(small(&n)?, d(&within)?)
+                }
+                "base_backoff" => b.base_backoff(d(&v)?),
+                "max_backoff" => b.max_backoff(d(&v)?),
+                "half_open_probes" => b.half_open_probes(small(&v)?),
+                "success_to_close" => b.success_to_close(small(&v)?),
+                "probe_lease" => b.probe_lease(d(&v)?),
+                "track_in_flight" => b.track_in_flight(v.extract()?),
+                "recovery_ramp" => b.recovery_ramp(d(&v)?),
+                "flapping" => {
+                    let (n, within): (Bound<'_, PyAny>, Bound<'_, PyAny>) = v
+                        .extract()
+                        .map_err(|_| PyTypeError::new_err("flapping: expected (cycles, within_seconds)"))?;
+                    b.flapping(small(&n)?, d(&within)?)
+                }
+                "name" => b.name(&v.extract::<String>()?),
+                "ticker" => {
+                    ticker = Some(v.extract()?);
+                    b
+                }
+                "clock" => {
+                    if v.is_none() {
+                        b
+                    } else {
+                        let native = v.getattr("_native").unwrap_or_else(|_| v.clone());
+                        let c = native.cast::<PyManualClock>().map_err(|_| {
+                            PyTypeError::new_err(
+                                "clock: expected a tailguard.ManualClock (or None for the system clock)",
+                            )
+                        })?;
+                        manual = true;
+                        b.clock(c.get().clock.clone())
+                    }
+                }
+                "on_transition" => {
+                    let listeners: Vec<Py<PyAny>> = if v.is_callable() {
+                        vec![v.clone().unbind()]
+                    } else {
+                        v.try_iter()
+                            .map_err(|_| PyTypeError::new_err("on_transition: expected a callable or a list of them"))?
+                            .map(|l| {
+                                let l = l?;
+                                if !l.is_callable() {
+                                    return Err(PyTypeError::new_err(format!("on_transition: {l} is not callable")));
+                                }
+                                Ok(l.unbind())
+                            })
+                            .collect::<PyResult<_>>()?
+                    };
+                    listeners.into_iter().fold(b, |b, l| b.on_transition(listener(l)))
+                }
+                other => {
+                    return Err(PyTypeError::new_err(format!(
+                        "Breaker() got an unexpected setting '{other}' (see help(tailguard.Breaker))"
+                    )))
+                }
+            };
+        }
+    }
+    // The crate's default: on the ticker thread unless the clock is manual.
+    let on_ticker = ticker.unwrap_or(!manual);
+    if on_ticker {
+        keep_ticker()?;
+    }
+    let _ = py;
+    Ok(b.ticker(on_ticker))
+}
+
+/// The `clock=` setting, if one was given.
+fn clock_of(settings: Option<&Bound<'_, PyDict>>) -> Option<Py<PyAny>> {
+    let c = settings?.get_item("clock").ok()??;
+    (!c.is_none()).then(|| c.unbind())
+}
+
+/// A Python callable as a transition listener. It runs on the thread that
+/// delivers (the ticker's, or an override's caller), with the GIL. An
+/// exception is reported to `sys.unraisablehook` and then counted by the
+/// breaker in `listener_panics` (as a panic, resumed without the panic
+/// hook: nothing is printed twice); the next listener and the next event
+/// go on.
+fn listener(callable: Py<PyAny>) -> impl Fn(&tailguard::Transition) + Send + Sync + 'static {
+    move |t| {
+        let raised = Python::try_attach(|py| {
+            let call = || -> PyResult<()> {
+                let tr = py_fn(py, "_transition")?.call1((
+                    snake(t.from),
+                    snake(t.to),
+                    snake(t.from_mode),
+                    snake(t.to_mode),
+                    t.generation,
+                    snake(t.reason),
+                    secs(t.at),
+                    t.flapping,
+                ))?;
+                callable.call1(py, (tr,))?;
+                Ok(())
+            };
+            match call() {
+                Ok(()) => false,
+                Err(e) => {
+                    e.write_unraisable(py, Some(callable.bind(py)));
+                    true
+                }
+            }
+        });
+        if raised == Some(true) {
+            std::panic::resume_unwind(Box::new("a Python listener raised"));
+        }
+    }
+}
+
+/// A circuit breaker for one downstream consumer. See `help(tailguard.Breaker)`.
+#[pyclass(module = "tailguard._native", name = "Breaker", frozen, weakref)]
+struct PyBreaker {
+    breaker: tailguard::Breaker,
+    /// The `ManualClock` it was built on, if any (the emitter's deadlines
+    /// follow it).
+    clock: Option<Py<PyAny>>,
+}
+
+#[pymethods]
+impl PyBreaker {
+    #[new]
+    #[pyo3(signature = (**settings))]
+    fn new(py: Python<'_>, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let builder = builder_from(py, settings)?;
+        let breaker = py
+            .detach(|| builder.build())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(Self {
+            breaker,
+            clock: clock_of(settings),
+        })
+    }
+
+    /// A permit for one call, or `BreakerOpen`.
+    fn allow(&self, py: Python<'_>) -> PyResult<PyPermit> {
+        match self.breaker.allow_owned() {
+            Ok(p) => Ok(PyPermit { permit: Some(p) }),
+            Err(r) => Err(rejected_err(py, r)),
+        }
+    }
+
+    /// The state now.
+    #[getter]
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        state_py(py, self.breaker.state())
+    }
+
+    /// The operator's override now.
+    #[getter]
+    fn mode<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        mode_type(py)?.call1((snake(self.breaker.mode()),))
+    }
+
+    #[getter]
+    fn name(&self) -> Option<String> {
+        self.breaker.name().map(str::to_owned)
+    }
+
+    /// Seconds until the breaker's next window closes.
+    fn next_due(&self) -> f64 {
+        secs(self.breaker.next_due())
+    }
+
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.breaker.snapshot();
+        let d = PyDict::new(py);
+        d.set_item("state", snake(s.state))?;
+        d.set_item("mode", snake(s.mode))?;
+        d.set_item("generation", s.generation)?;
+        d.set_item("trip_count", s.trip_count)?;
+        d.set_item("backoff_level", s.backoff_level)?;
+        d.set_item("probes_in_flight", s.probes_in_flight)?;
+        d.set_item("next_probe_in", s.next_probe_in.map(secs))?;
+        d.set_item("open_for", s.open_for.map(secs))?;
+        let w = PyDict::new(py);
+        w.set_item("calls", s.window.calls)?;
+        w.set_item("errors", s.window.errors)?;
+        w.set_item("slow", s.window.slow)?;
+        w.set_item("cancelled", s.window.cancelled)?;
+        w.set_item("windows", s.window.windows)?;
+        w.set_item("closed_at", secs(s.window.closed_at))?;
+        w.set_item(
+            "latency",
+            s.window
+                .latency
+                .map(|q| (secs(q.p50), secs(q.p90), secs(q.p99), secs(q.p999))),
+        )?;
+        d.set_item("window", w)?;
+        let t = PyDict::new(py);
+        t.set_item("calls", s.totals.calls)?;
+        t.set_item("errors", s.totals.errors)?;
+        t.set_item("slow", s.totals.slow)?;
+        t.set_item("cancelled", s.totals.cancelled)?;
+        d.set_item("totals", t)?;
+        let r = PyDict::new(py);
+        r.set_item("open", s.rejections.open)?;
+        r.set_item("probes_busy", s.rejections.probes_busy)?;
+        r.set_item("forced", s.rejections.forced)?;
+        r.set_item("ramping", s.rejections.ramping)?;
+        d.set_item("rejections", r)?;
+        d.set_item("events_lost", s.events_lost)?;
+        d.set_item("listener_panics", s.listener_panics)?;
+        d.set_item("uptime", secs(s.uptime))?;
+        d.set_item("flapping", s.flapping)?;
+        d.set_item("latency_threshold", secs(s.latency_threshold))?;
+        d.set_item("latency_baseline", s.latency_baseline.map(secs))?;
+        py_fn(py, "_snapshot")?.call1((d,))
+    }
+
+    /// Closes the window if it is due, and delivers waiting transitions to
+    /// the listeners (what the ticker thread does; by hand on a manual
+    /// clock).
+    fn tick(&self, py: Python<'_>) {
+        py.detach(|| self.breaker.tick());
+    }
+    fn trip_now(&self, py: Python<'_>) {
+        py.detach(|| self.breaker.trip_now());
+    }
+    fn force_open(&self, py: Python<'_>) {
+        py.detach(|| self.breaker.force_open());
+    }
+    fn force_closed(&self, py: Python<'_>) {
+        py.detach(|| self.breaker.force_closed());
+    }
+    fn disable(&self, py: Python<'_>) {
+        py.detach(|| self.breaker.disable());
+    }
+    fn metrics_only(&self, py: Python<'_>) {
+        py.detach(|| self.breaker.metrics_only());
+    }
+    fn reset(&self, py: Python<'_>) {
+        py.detach(|| self.breaker.reset());
+    }
+
+    /// `@breaker` on a function: each call takes a permit (or raises
+    /// `BreakerOpen` without calling it) and records success, or failure
+    /// if it raises, with its latency. Coroutine functions are wrapped in
+    /// Python (`tailguard/_guard.py`).
+    fn __call__<'py>(slf: &Bound<'py, Self>, func: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        if !func.is_callable() {
+            return Err(PyTypeError::new_err(
+                "@breaker decorates a function (got a non-callable)",
+            ));
+        }
+        let is_async: bool = py
+            .import("inspect")?
+            .getattr("iscoroutinefunction")?
+            .call1((&func,))?
+            .extract()?;
+        if is_async {
+            return py
+                .import("tailguard._guard")?
+                .getattr("guard_async")?
+                .call1((slf, func));
+        }
+        let guarded = PyGuarded {
+            breaker: slf.get().breaker.clone(),
+            func: func.unbind(),
+        };
+        Ok(Bound::new(py, guarded)?.into_any())
+    }
+
+    /// The `ManualClock` the breaker runs on, or `None` (the system clock).
+    #[getter]
+    fn clock(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.clock.as_ref().map(|c| c.clone_ref(py))
+    }
+
+    fn __repr__(&self) -> String {
+        let name = self.breaker.name().map(|n| format!(" {n:?}")).unwrap_or_default();
+        format!("<tailguard.Breaker{name} {}>", snake(self.breaker.state()))
+    }
+}
+
+/// One call's permit. See `help(tailguard.Permit)`.
+#[pyclass(module = "tailguard._native", name = "Permit")]
+struct PyPermit {
+    permit: Option<tailguard::OwnedPermit>,
+}
+
+impl PyPermit {
+    fn take(&mut self, py: Python<'_>) -> PyResult<tailguard::OwnedPermit> {
+        self.permit.take().ok_or_else(|| permit_used(py))
+    }
+}
+
+#[pymethods]
+impl PyPermit {
+    /// Records the call's outcome, its latency measured on the breaker's
+    /// clock since `allow()`.
+    #[pyo3(signature = (ok = true))]
+    fn record(&mut self, py: Python<'_>, ok: bool) -> PyResult<()> {
+        self.take(py)?.record(ok);
+        Ok(())
+    }
+    /// Records the call's outcome with a latency measured by the caller.
+    #[pyo3(signature = (seconds, ok = true))]
+    fn record_latency(&mut self, py: Python<'_>, seconds: f64, ok: bool) -> PyResult<()> {
+        let latency = duration("seconds", seconds)?;
+        self.take(py)?.record_latency(latency, ok);
+        Ok(())
+    }
+    /// Records a call cut at its timeout: failed, and slow.
+    fn record_timeout(&mut self, py: Python<'_>, seconds: f64) -> PyResult<()> {
+        let elapsed = duration("seconds", seconds)?;
+        self.take(py)?.record_timeout(elapsed);
+        Ok(())
+    }
+    /// Gives the permit back with no verdict (the call was not made).
+    fn abandon(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.take(py)?.abandon();
+        Ok(())
+    }
+    #[getter]
+    fn is_probe(&self) -> bool {
+        self.permit.as_ref().is_some_and(|p| p.is_probe())
+    }
+    #[getter]
+    fn recorded(&self) -> bool {
+        self.permit.is_none()
+    }
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    /// Ends the `with` block: a success if it raised nothing, else a
+    /// failure (the exception goes on). A verdict recorded inside the
+    /// block stands.
+    fn __exit__(&mut self, exc_type: &Bound<'_, PyAny>, _exc: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> bool {
+        if let Some(p) = self.permit.take() {
+            p.record(exc_type.is_none());
+        }
+        false
+    }
+    fn __repr__(&self) -> String {
+        match &self.permit {
+            Some(p) if p.is_probe() => "<tailguard.Permit probe>".into(),
+            Some(_) => "<tailguard.Permit>".into(),
+            None => "<tailguard.Permit recorded>".into(),
+        }
+    }
+}
+
+/// A function guarded by a breaker (`@breaker`).
+#[pyclass(module = "tailguard._native", name = "Guarded", frozen)]
+struct PyGuarded {
+    breaker: tailguard::Breaker,
+    func: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyGuarded {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let permit = self.breaker.allow().map_err(|r| rejected_err(py, r))?;
+        match self.func.call(py, args, kwargs) {
+            Ok(v) => {
+                permit.record(true);
+                Ok(v)
+            }
+            Err(e) => {
+                permit.record(false);
+                Err(e)
+            }
+        }
+    }
+    #[getter]
+    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
+        self.func.clone_ref(py)
+    }
+    #[getter]
+    fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__name__")?.unbind())
+    }
+    #[getter]
+    fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__doc__")?.unbind())
+    }
+    /// Bound as a method when it decorates one.
+    fn __get__(
+        slf: Py<Self>,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        _owner: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        if obj.is_none() {
+            return Ok(slf.into_any());
+        }
+        Ok(py.import("types")?.getattr("MethodType")?.call1((slf, obj))?.unbind())
+    }
+}
+
+// ----------------------------------------------------------------------
+// The emitter: admission and accounting here, the awaited call in Python.
+
+fn divert_py<'py>(py: Python<'py>, reason: Divert<Py<PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    let t = divert_type(py)?;
+    let kw = PyDict::new(py);
+    let kind = match reason {
+        Divert::Open(r) => {
+            kw.set_item("retry_after", r.retry_after().map(secs))?;
+            "open"
+        }
+        Divert::BulkheadFull => "bulkhead_full",
+        Divert::TimedOut(d) => {
+            kw.set_item("elapsed", secs(d))?;
+            "timed_out"
+        }
+        Divert::Failed(e) => {
+            kw.set_item("error", e)?;
+            "failed"
+        }
+        Divert::NoTimer => "no_timer",
+        _ => "other",
+    };
+    t.call((kind,), Some(&kw))
+}
+
+fn outcome_py<'py>(py: Python<'py>, out: Emitted<Trigger, Py<PyAny>, Py<PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    match out {
+        Emitted::Delivered(v) => delivered_type(py)?.call1((v,)),
+        Emitted::Diverted { reason, displaced } => {
+            let displaced = match displaced {
+                Some((t, p)) => Some(PyTuple::new(py, [t.into_bound(py), priority_py(py, p)?])?),
+                None => None,
+            };
+            diverted_type(py)?.call1((divert_py(py, reason)?, displaced))
+        }
+        Emitted::HandedBack {
+            trigger,
+            class,
+            reason,
+            not_queued,
+        } => handed_back_type(py)?.call1((
+            trigger,
+            priority_py(py, class)?,
+            divert_py(py, reason)?,
+            match not_queued {
+                HandBack::QueueFull => "queue_full",
+                HandBack::ShutDown => "shut_down",
+            },
+        )),
+    }
+}
+
+/// The native half of `tailguard.Emitter`.
+#[pyclass(module = "tailguard._native", name = "_Emitter", frozen)]
+struct PyEmitter {
+    emitter: Emitter<Trigger>,
+}
+
+#[pymethods]
+impl PyEmitter {
+    #[new]
+    #[pyo3(signature = (breaker, capacity, bulkhead = None, timeout = 1.0, replay_attempts = None))]
+    fn new(
+        breaker: &Bound<'_, PyBreaker>,
+        capacity: usize,
+        bulkhead: Option<usize>,
+        timeout: f64,
+        replay_attempts: Option<u32>,
+    ) -> PyResult<Self> {
+        let v = |e: tailguard::ConfigError| PyValueError::new_err(e.to_string());
+        let queue = DeadLetterQueue::with_capacity(capacity).map_err(v)?;
+        let mut b = Emitter::builder(breaker.get().breaker.clone(), queue);
+        if let Some(n) = bulkhead {
+            b = b.bulkhead(n).map_err(v)?;
+        }
+        b = b.timeout(duration("timeout", timeout)?).map_err(v)?;
+        if let Some(n) = replay_attempts {
+            b = b.replay_attempts(n).map_err(v)?;
+        }
+        Ok(Self {
+            emitter: b.build().map_err(v)?,
+        })
+    }
+
+    /// Admits a call (an `_InFlight`) or returns the outcome of one that
+    /// was not admitted (its trigger already diverted or handed back).
+    fn begin<'py>(
+        &self,
+        py: Python<'py>,
+        trigger: Trigger,
+        priority: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let class = priority_from(priority)?;
+        match self.emitter.begin::<Py<PyAny>, Py<PyAny>>(trigger, class) {
+            Ok(call) => Ok(Bound::new(py, PyInFlight { call: Some(call) })?.into_any()),
+            Err(out) => outcome_py(py, out),
+        }
+    }
+
+    /// Queues a trigger by hand: `None`, or the `(trigger, priority)` that
+    /// gave way; `QueueFull` or `EmitterShutDown` (carrying the trigger)
+    /// if it cannot be queued.
+    fn enqueue<'py>(
+        &self,
+        py: Python<'py>,
+        trigger: Trigger,
+        priority: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let class = priority_from(priority)?;
+        match self.emitter.enqueue(trigger, class) {
+            Ok(Pushed::Queued) => Ok(None),
+            Ok(Pushed::Displaced(t, p)) => Ok(Some(PyTuple::new(py, [t.into_bound(py), priority_py(py, p)?])?)),
+            Err((t, why)) => {
+                let (ty, msg) = match why {
+                    HandBack::QueueFull => (
+                        queue_full_type(py)?,
+                        "the dead-letter queue is full of triggers of this class or higher",
+                    ),
+                    HandBack::ShutDown => (shut_down_type(py)?, "the emitter is shut down"),
+                };
+                Err(PyErr::from_value(ty.call1((msg, t, priority_py(py, class)?))?))
+            }
+        }
+    }
+
+    /// Takes up to `max` queued triggers out, highest class first, as
+    /// `(trigger, priority)` pairs.
+    fn drain<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        let mut out = Vec::new();
+        self.emitter.drain(max, |t, p| out.push((t, p)));
+        out.into_iter()
+            .map(|(t, p)| PyTuple::new(py, [t.into_bound(py), priority_py(py, p)?]))
+            .collect()
+    }
+
+    /// Shuts the emitter down: nothing is queued any more; every queued
+    /// trigger comes back, as `(trigger, priority)` pairs.
+    fn shutdown<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        let mut out = Vec::new();
+        self.emitter.shutdown(|t, p| out.push((t, p)));
+        out.into_iter()
+            .map(|(t, p)| PyTuple::new(py, [t.into_bound(py), priority_py(py, p)?]))
+            .collect()
+    }
+
+    #[getter]
+    fn is_shut_down(&self) -> bool {
+        self.emitter.is_shut_down()
+    }
+
+    #[getter]
+    fn timeout(&self) -> f64 {
+        secs(self.emitter.timeout())
+    }
+
+    #[getter]
+    fn queue_len(&self) -> usize {
+        self.emitter.queue().len()
+    }
+
+    #[getter]
+    fn queue_capacity(&self) -> usize {
+        self.emitter.queue().capacity()
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let s = self.emitter.stats();
+        let kw = PyDict::new(py);
+        kw.set_item("delivered", s.delivered)?;
+        kw.set_item("overran", s.overran)?;
+        kw.set_item("diverted_open", s.diverted_open)?;
+        kw.set_item("diverted_bulkhead", s.diverted_bulkhead)?;
+        kw.set_item("diverted_timeout", s.diverted_timeout)?;
+        kw.set_item("diverted_failed", s.diverted_failed + s.diverted_no_timer)?;
+        kw.set_item("handed_back_full", s.handed_back_full)?;
+        kw.set_item("handed_back_shut_down", s.handed_back_shut_down)?;
+        kw.set_item("displaced", s.displaced)?;
+        kw.set_item("cancelled", s.cancelled)?;
+        kw.set_item("dropped_in_panics", s.dropped_in_panics)?;
+        kw.set_item("replayed", s.replayed)?;
+        kw.set_item("replay_handed_back", s.replay_handed_back)?;
+        kw.set_item("drained", s.drained)?;
+        kw.set_item("queued_by_hand", s.queued_by_hand)?;
+        kw.set_item("queued", s.queued)?;
+        kw.set_item("pending", s.pending)?;
+        kw.set_item("bulkhead_in_flight", s.bulkhead_in_flight)?;
+        kw.set_item("emit_count", s.emit_times.count())?;
+        kw.set_item("emit_time_sum", secs(s.emit_times.sum()))?;
+        stats_type(py)?.call((), Some(&kw))
+    }
+}
+
+/// An emit admitted, its call being awaited in Python.
+#[pyclass(module = "tailguard._native", name = "_InFlight")]
+struct PyInFlight {
+    call: Option<InFlight<Trigger>>,
+}
+
+impl PyInFlight {
+    fn take(&mut self) -> PyResult<InFlight<Trigger>> {
+        self.call
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("this emit has already ended"))
+    }
+}
+
+#[pymethods]
+impl PyInFlight {
+    /// Seconds left of the call's budget.
+    fn remaining(&self) -> PyResult<f64> {
+        match &self.call {
+            Some(c) => Ok(secs(c.deadline().remaining())),
+            None => Err(PyRuntimeError::new_err("this emit has already ended")),
+        }
+    }
+    #[getter]
+    fn is_probe(&self) -> bool {
+        self.call.as_ref().is_some_and(|c| c.is_probe())
+    }
+    fn delivered<'py>(&mut self, py: Python<'py>, value: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let out = self.take()?.finish::<Py<PyAny>, Py<PyAny>>(Ok(value));
+        outcome_py(py, out)
+    }
+    fn failed<'py>(&mut self, py: Python<'py>, error: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let out = self.take()?.finish::<Py<PyAny>, Py<PyAny>>(Err(error));
+        outcome_py(py, out)
+    }
+    fn timed_out<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let out = self.take()?.timed_out::<Py<PyAny>, Py<PyAny>>();
+        outcome_py(py, out)
+    }
+    /// Cancelled: the bulkhead slot and the breaker permit go back with no
+    /// verdict; the trigger is returned. Idempotent.
+    fn cancel(&mut self) -> Option<Trigger> {
+        self.call.take().map(InFlight::cancel)
+    }
+}
+
+// ----------------------------------------------------------------------
+// The registry and its Prometheus text.
+
+/// Breakers by consumer name, and their Prometheus exposition.
+#[pyclass(module = "tailguard._native", name = "Registry", frozen)]
+struct PyRegistry {
+    registry: tailguard::Registry,
+}
+
+#[pymethods]
+impl PyRegistry {
+    #[new]
+    fn new() -> Self {
+        Self {
+            registry: tailguard::Registry::new(),
+        }
+    }
+
+    /// The breaker of consumer `name`, built with `settings` the first time
+    /// (later calls return the same breaker and ignore them).
+    #[pyo3(signature = (name, **settings))]
+    fn breaker(&self, py: Python<'_>, name: &str, settings: Option<&Bound<'_, PyDict>>) -> PyResult<PyBreaker> {
+        if let Some(existing) = self.registry.get(name) {
+            return Ok(PyBreaker {
+                breaker: existing,
+                clock: None,
+            });
+        }
+        let builder = builder_from(py, settings)?;
+        let mut builder = Some(builder);
+        let breaker = py
+            .detach(|| {
+                self.registry
+                    .get_or_create(name, || builder.take().expect("called once"))
+            })
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyBreaker {
+            breaker,
+            clock: clock_of(settings),
+        })
+    }
+
+    /// Exports an emitter's counters and queue with its consumer's breaker.
+    fn attach_emitter(&self, name: &str, emitter: &Bound<'_, PyAny>) -> PyResult<()> {
+        let native = emitter.getattr("_native").unwrap_or_else(|_| emitter.clone());
+        let e = native
+            .cast::<PyEmitter>()
+            .map_err(|_| PyTypeError::new_err("attach_emitter: expected a tailguard.Emitter"))?;
+        self.registry
+            .attach_emitter(name, &e.get().emitter)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        self.registry.for_each(|n, _| v.push(n.to_owned()));
+        v
+    }
+
+    fn __len__(&self) -> usize {
+        self.registry.len()
+    }
+
+    /// The Prometheus text exposition of every breaker, emitter and queue.
+    #[pyo3(signature = (prefix = None))]
+    fn prometheus_text(&self, py: Python<'_>, prefix: Option<&str>) -> PyResult<String> {
+        let mut c = tailguard::prometheus::BreakerCollector::new(self.registry.clone());
+        if let Some(p) = prefix {
+            c = c.with_prefix(p).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        }
+        Ok(py.detach(|| c.encode_text()))
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyManualClock>()?;
+    m.add_class::<PyBreaker>()?;
+    m.add_class::<PyPermit>()?;
+    m.add_class::<PyGuarded>()?;
+    m.add_class::<PyEmitter>()?;
+    m.add_class::<PyInFlight>()?;
+    m.add_class::<PyRegistry>()?;
+    Ok(())
+}

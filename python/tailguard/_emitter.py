@@ -1,0 +1,198 @@
+"""The emit path for asyncio: one ``Emitter`` per downstream consumer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, List, Optional, Tuple, Union
+
+from ._native import _Emitter, _InFlight
+from ._types import Delivered, Diverted, EmitterStats, HandedBack, Priority
+
+__all__ = ["Emitter"]
+
+Outcome = Union[Delivered, Diverted, HandedBack]
+
+
+class Emitter:
+    """One consumer's emit path: its breaker, an optional bulkhead, a timeout
+    on every call, and a dead-letter queue of Python objects with three
+    priority classes.
+
+    ``await emitter.emit(trigger, call)`` never waits for a consumer the
+    breaker has given up on: when the breaker rejects the call or the
+    bulkhead is full, the trigger goes straight to the queue (or, if even
+    the queue cannot take it, comes back to the caller) and ``call`` is not
+    made. Otherwise ``call(trigger)`` is awaited for at most ``timeout``
+    seconds; a call that fails or runs out of time is judged by the breaker
+    and its trigger queued for replay. Every outcome is a value:
+    ``Delivered``, ``Diverted`` (queued; a lower-class trigger it displaced
+    is handed back in ``displaced``) or ``HandedBack`` (the caller keeps the
+    trigger). Nothing is dropped silently.
+
+    >>> import asyncio
+    >>> from tailguard import Breaker, Emitter, Priority
+    >>> pricing = Emitter(Breaker(name="pricing"), capacity=1024, bulkhead=64, timeout=0.2)
+    >>> async def send(order):
+    ...     return f"sent {order}"
+    >>> asyncio.run(pricing.emit("order-1", send, Priority.CRITICAL))
+    Delivered(value='sent order-1')
+
+    A cancelled emit gives back its bulkhead slot and its breaker permit
+    (a probe's slot too) with no verdict on the consumer, and is counted in
+    ``stats().cancelled``. On a breaker built with a ``ManualClock`` the
+    timeouts follow that clock (``clock.sleep``), so tests decide when a
+    call runs out of time.
+    """
+
+    __slots__ = ("_native", "_breaker", "_clock")
+
+    def __init__(
+        self,
+        breaker: Any,
+        *,
+        capacity: int = 1024,
+        bulkhead: Optional[int] = None,
+        timeout: float = 1.0,
+        replay_attempts: Optional[int] = None,
+    ) -> None:
+        self._native = _Emitter(breaker, capacity, bulkhead, timeout, replay_attempts)
+        self._breaker = breaker
+        self._clock = breaker.clock
+
+    @property
+    def breaker(self) -> Any:
+        """The consumer's breaker."""
+        return self._breaker
+
+    @property
+    def timeout(self) -> float:
+        """Each call's budget, in seconds."""
+        return self._native.timeout
+
+    async def emit(
+        self,
+        trigger: Any,
+        call: Callable[[Any], Awaitable[Any]],
+        priority: Priority = Priority.ROUTINE,
+    ) -> Outcome:
+        """Emits ``trigger`` through ``call`` (an async function of the
+        trigger): breaker, bulkhead, then ``await call(trigger)`` within the
+        timeout. Returns what became of the trigger."""
+        begun = self._native.begin(trigger, priority)
+        if type(begun) is not _InFlight:
+            return begun
+        try:
+            if self._clock is None:
+                deadline = asyncio.timeout(begun.remaining())
+                try:
+                    async with deadline:
+                        value = await call(trigger)
+                except TimeoutError as e:
+                    if deadline.expired():
+                        return begun.timed_out()
+                    return begun.failed(e)
+            else:
+                value, cut = await _race(call(trigger), self._clock.sleep(begun.remaining()))
+                if cut:
+                    return begun.timed_out()
+        except Exception as e:
+            return begun.failed(e)
+        except BaseException:
+            # Cancelled (or interrupted): slots back, no verdict.
+            begun.cancel()
+            raise
+        return begun.delivered(value)
+
+    def emit_blocking(
+        self,
+        trigger: Any,
+        call: Callable[[Any], Any],
+        priority: Priority = Priority.ROUTINE,
+    ) -> Outcome:
+        """As ``emit``, for a plain function called on this thread. A call
+        cannot be cut here: one that returns after the timeout counts as
+        timed out in the breaker (its success is still delivered, counted
+        in ``overran``; its failure is diverted as timed out)."""
+        begun = self._native.begin(trigger, priority)
+        if type(begun) is not _InFlight:
+            return begun
+        try:
+            value = call(trigger)
+        except Exception as e:
+            return begun.failed(e)
+        except BaseException:
+            begun.cancel()
+            raise
+        return begun.delivered(value)
+
+    def enqueue(self, trigger: Any, priority: Priority = Priority.ROUTINE) -> Optional[Tuple[Any, Priority]]:
+        """Queues a trigger by hand. Returns ``None``, or the ``(trigger,
+        priority)`` of a lower-class trigger that gave way (the caller's to
+        keep). Raises ``QueueFull`` or ``EmitterShutDown`` (the trigger in
+        the exception) if it cannot be queued."""
+        return self._native.enqueue(trigger, priority)
+
+    def drain(self, max: int) -> List[Tuple[Any, Priority]]:
+        """Takes up to ``max`` queued triggers out, highest class first, as
+        ``(trigger, priority)`` pairs (counted in ``drained``)."""
+        return self._native.drain(max)
+
+    def shutdown(self, sink: Optional[Callable[[Any, Priority], Any]] = None) -> List[Tuple[Any, Priority]]:
+        """Shuts the emitter down: from now on nothing is queued (an emit
+        that is not delivered hands its trigger back). Every trigger still
+        queued comes back, highest class first: returned as ``(trigger,
+        priority)`` pairs, and passed to ``sink(trigger, priority)`` if one
+        is given. If ``sink`` raises, the exception goes on with the pairs
+        it did not take in its ``unsunk`` attribute: none is lost."""
+        items = self._native.shutdown()
+        if sink is not None:
+            for i, (trigger, priority) in enumerate(items):
+                try:
+                    sink(trigger, priority)
+                except BaseException as e:
+                    e.unsunk = items[i:]
+                    raise
+        return items
+
+    @property
+    def is_shut_down(self) -> bool:
+        return self._native.is_shut_down
+
+    def __len__(self) -> int:
+        """Triggers in the dead-letter queue now."""
+        return self._native.queue_len
+
+    @property
+    def capacity(self) -> int:
+        """The dead-letter queue's capacity."""
+        return self._native.queue_capacity
+
+    def stats(self) -> EmitterStats:
+        """The emitter's counters (see ``EmitterStats`` for the identities)."""
+        return self._native.stats()
+
+    def __repr__(self) -> str:
+        return f"<tailguard.Emitter {self._breaker!r} queued={len(self)}/{self.capacity}>"
+
+
+async def _race(call: Awaitable[Any], timer: Awaitable[None]) -> Tuple[Any, bool]:
+    """Awaits ``call`` against ``timer``: ``(value, False)`` if the call
+    finished first (its exception goes on), ``(None, True)`` if the timer
+    did (the call is cancelled)."""
+    call_task = asyncio.ensure_future(call)
+    timer_task = asyncio.ensure_future(timer)
+    try:
+        await asyncio.wait((call_task, timer_task), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        call_task.cancel()
+        timer_task.cancel()
+        raise
+    if call_task.done():
+        timer_task.cancel()
+        return call_task.result(), False
+    call_task.cancel()
+    try:
+        await call_task
+    except BaseException:
+        pass
+    return None, True

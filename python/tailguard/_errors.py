@@ -1,0 +1,46 @@
+"""The exceptions tailguard raises."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["BreakerOpen", "PermitUsed", "QueueFull", "EmitterShutDown"]
+
+
+class BreakerOpen(Exception):
+    """The breaker rejected the call: it was not made.
+
+    ``retry_after`` is the number of seconds until the breaker may let a
+    call through (a probe), or ``None`` when no time is known (forced open,
+    or every probe slot taken). ``reason`` is ``"open"``, ``"probes_busy"``,
+    ``"forced_open"`` or ``"ramping"``.
+    """
+
+    def __init__(self, message: str, retry_after: Optional[float], reason: str) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.reason = reason
+
+
+class PermitUsed(RuntimeError):
+    """A permit's verdict was recorded twice: a permit is one call."""
+
+
+class QueueFull(Exception):
+    """``Emitter.enqueue``: the dead-letter queue is full of triggers of this
+    class or higher. The trigger is handed back in ``trigger``."""
+
+    def __init__(self, message: str, trigger: Any, priority: Any) -> None:
+        super().__init__(message)
+        self.trigger = trigger
+        self.priority = priority
+
+
+class EmitterShutDown(Exception):
+    """``Emitter.enqueue`` after ``shutdown``: nothing is queued any more. The
+    trigger is handed back in ``trigger``."""
+
+    def __init__(self, message: str, trigger: Any, priority: Any) -> None:
+        super().__init__(message)
+        self.trigger = trigger
+        self.priority = priority

@@ -1,0 +1,310 @@
+"""The plain values tailguard hands out: states, modes, priorities,
+transitions, snapshots, emit outcomes and emitter statistics.
+
+Every one of them is an immutable value (a ``str`` enum or a frozen
+dataclass) that compares, prints and pickles as expected; none holds a
+reference into the breaker.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = [
+    "State",
+    "Mode",
+    "Priority",
+    "Transition",
+    "LatencyQuantiles",
+    "WindowStats",
+    "Totals",
+    "Rejections",
+    "Snapshot",
+    "Divert",
+    "Delivered",
+    "Diverted",
+    "HandedBack",
+    "EmitterStats",
+    "Replayed",
+]
+
+
+class State(str, enum.Enum):
+    """A breaker's state. Compares equal to its value: ``State.OPEN == "open"``."""
+
+    CLOSED = "closed"
+    """Calls pass and are measured."""
+    OPEN = "open"
+    """Calls are rejected at once."""
+    HALF_OPEN = "half_open"
+    """A bounded number of probe calls pass."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Mode(str, enum.Enum):
+    """An operator's override of a breaker (``Mode.NORMAL`` when there is none)."""
+
+    NORMAL = "normal"
+    FORCED_OPEN = "forced_open"
+    FORCED_CLOSED = "forced_closed"
+    DISABLED = "disabled"
+    METRICS_ONLY = "metrics_only"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Priority(enum.IntEnum):
+    """A trigger's class in the dead-letter queue: when the queue is full, a
+    higher class displaces the oldest item of the lowest class below it, and
+    ``pop`` and replay take the highest class first."""
+
+    IDLE = 0
+    ROUTINE = 1
+    CRITICAL = 2
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One change of a breaker's state or mode, as its listeners get it."""
+
+    from_state: State
+    to: State
+    from_mode: Mode
+    to_mode: Mode
+    generation: int
+    """Counts every transition of the breaker."""
+    reason: str
+    """Why, in snake case: ``"latency_breach"``, ``"error_rate"``,
+    ``"probes_succeeded"``, ``"manual_trip"``, ..."""
+    at: float
+    """Seconds since the breaker was built, on its clock."""
+    flapping: bool
+
+
+@dataclass(frozen=True)
+class LatencyQuantiles:
+    """Latency quantiles of a closed window, in seconds."""
+
+    p50: float
+    p90: float
+    p99: float
+    p999: float
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """The last closed window (or span of windows) the breaker judged."""
+
+    calls: int
+    errors: int
+    slow: int
+    cancelled: int
+    windows: int
+    closed_at: float
+    latency: Optional[LatencyQuantiles]
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Every call the breaker has judged since it was built."""
+
+    calls: int
+    errors: int
+    slow: int
+    cancelled: int
+
+
+@dataclass(frozen=True)
+class Rejections:
+    """Calls the breaker turned away since it was built, by reason."""
+
+    open: int
+    probes_busy: int
+    forced: int
+    ramping: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A breaker's state and counters at one instant (``Breaker.snapshot()``)."""
+
+    state: State
+    mode: Mode
+    generation: int
+    trip_count: int
+    backoff_level: int
+    probes_in_flight: int
+    next_probe_in: Optional[float]
+    """Seconds until a probe may pass (OPEN only)."""
+    open_for: Optional[float]
+    """Seconds the breaker has been OPEN (OPEN only)."""
+    window: WindowStats
+    totals: Totals
+    rejections: Rejections
+    events_lost: int
+    listener_panics: int
+    """Listener calls that raised (each exception was reported to
+    ``sys.unraisablehook`` and the breaker went on)."""
+    uptime: float
+    flapping: bool
+    latency_threshold: float
+    latency_baseline: Optional[float]
+
+
+@dataclass(frozen=True)
+class Divert:
+    """Why a trigger was not delivered."""
+
+    kind: str
+    """``"open"`` (the breaker rejected the call), ``"bulkhead_full"``,
+    ``"timed_out"``, ``"failed"``: the first two never called the consumer."""
+    error: Optional[BaseException] = None
+    """The exception the call raised (``"failed"`` only)."""
+    elapsed: Optional[float] = None
+    """How long the call ran, in seconds (``"timed_out"`` only)."""
+    retry_after: Optional[float] = None
+    """Seconds until the breaker may let a call through (``"open"`` only)."""
+
+    @property
+    def called(self) -> bool:
+        """Whether the consumer was called (it timed out or failed)."""
+        return self.kind in ("timed_out", "failed")
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The call succeeded: ``value`` is what it returned."""
+
+    value: Any
+    delivered = True
+
+
+@dataclass(frozen=True)
+class Diverted:
+    """The trigger is in the dead-letter queue, for replay. If the queue was
+    full, ``displaced`` is the ``(trigger, priority)`` of the older,
+    lower-class trigger that gave way to it: the caller's to keep."""
+
+    reason: Divert
+    displaced: Optional[tuple] = None
+    delivered = False
+
+
+@dataclass(frozen=True)
+class HandedBack:
+    """The trigger could not be delivered nor queued: the caller keeps it.
+    ``not_queued`` is ``"queue_full"`` or ``"shut_down"``."""
+
+    trigger: Any
+    priority: Priority
+    reason: Divert
+    not_queued: str
+    delivered = False
+
+
+@dataclass(frozen=True)
+class EmitterStats:
+    """An emitter's counters. Two identities hold at every read once emits
+    have finished: ``emitted == delivered + diverted + handed_back +
+    cancelled`` and ``into_queue == out_of_queue``."""
+
+    delivered: int
+    overran: int
+    diverted_open: int
+    diverted_bulkhead: int
+    diverted_timeout: int
+    diverted_failed: int
+    handed_back_full: int
+    handed_back_shut_down: int
+    displaced: int
+    cancelled: int
+    dropped_in_panics: int
+    replayed: int
+    replay_handed_back: int
+    drained: int
+    queued_by_hand: int
+    queued: int
+    pending: bool
+    bulkhead_in_flight: int
+    emit_count: int
+    emit_time_sum: float
+    diverted: int = field(init=False)
+    handed_back: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        d = (
+            self.diverted_open
+            + self.diverted_bulkhead
+            + self.diverted_timeout
+            + self.diverted_failed
+        )
+        object.__setattr__(self, "diverted", d)
+        object.__setattr__(self, "handed_back", self.handed_back_full + self.handed_back_shut_down)
+
+    @property
+    def emitted(self) -> int:
+        """Emits finished: delivered, diverted, handed back or cancelled."""
+        return self.delivered + self.diverted + self.handed_back + self.cancelled
+
+    @property
+    def into_queue(self) -> int:
+        """Triggers that went into the queue: diverted, or queued by hand."""
+        return self.diverted + self.queued_by_hand
+
+    @property
+    def out_of_queue(self) -> int:
+        """Where they are now: replayed, handed back by replay, drained,
+        displaced, still queued, or kept at the head by replay."""
+        return (
+            self.replayed
+            + self.replay_handed_back
+            + self.drained
+            + self.displaced
+            + self.queued
+            + int(self.pending)
+        )
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay did: ``delivered`` triggers; why it stopped
+    (``"empty"``, ``"max"``, ``"not_closed"``, ``"busy"``, or the failed
+    trigger's ``Divert``); and a trigger handed back after its last
+    attempt, as ``(trigger, priority)``, the caller's to keep."""
+
+    delivered: int
+    stopped: Any
+    handed_back: Optional[tuple] = None
+
+
+def _snapshot(d: dict) -> Snapshot:
+    w = dict(d["window"])
+    lat = w.pop("latency")
+    return Snapshot(
+        state=State(d["state"]),
+        mode=Mode(d["mode"]),
+        generation=d["generation"],
+        trip_count=d["trip_count"],
+        backoff_level=d["backoff_level"],
+        probes_in_flight=d["probes_in_flight"],
+        next_probe_in=d["next_probe_in"],
+        open_for=d["open_for"],
+        window=WindowStats(latency=None if lat is None else LatencyQuantiles(*lat), **w),
+        totals=Totals(**d["totals"]),
+        rejections=Rejections(**d["rejections"]),
+        events_lost=d["events_lost"],
+        listener_panics=d["listener_panics"],
+        uptime=d["uptime"],
+        flapping=d["flapping"],
+        latency_threshold=d["latency_threshold"],
+        latency_baseline=d["latency_baseline"],
+    )
+
+
+def _transition(from_state, to, from_mode, to_mode, generation, reason, at, flapping) -> Transition:
+    return Transition(State(from_state), State(to), Mode(from_mode), Mode(to_mode), generation, reason, at, flapping)
