@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 use std::sync::OnceLock;
 use std::time::Duration;
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
-use tailguard::emit::{Divert, Emitted, Emitter, HandBack, InFlight};
+use tailguard::emit::{Divert, Emitted, Emitter, HandBack, InFlight, ReplayCall, ReplayRun, ReplayStop};
 use tailguard::{BreakerBuilder, Rejected, State, Ticker};
 
 type Trigger = Py<PyAny>;
@@ -42,6 +42,7 @@ py_type!(divert_type, "tailguard._types", "Divert");
 py_type!(delivered_type, "tailguard._types", "Delivered");
 py_type!(diverted_type, "tailguard._types", "Diverted");
 py_type!(handed_back_type, "tailguard._types", "HandedBack");
+py_type!(replayed_type, "tailguard._types", "Replayed");
 py_type!(priority_type, "tailguard._types", "Priority");
 py_type!(stats_type, "tailguard._types", "EmitterStats");
 py_type!(state_type, "tailguard._types", "State");
@@ -763,6 +764,13 @@ impl PyEmitter {
             .collect()
     }
 
+    /// Starts a replay of up to `max` queued triggers, driven from Python.
+    fn replay_run(&self, max: usize) -> PyReplayRun {
+        PyReplayRun {
+            run: Some(self.emitter.replay_run(max)),
+        }
+    }
+
     #[getter]
     fn is_shut_down(&self) -> bool {
         self.emitter.is_shut_down()
@@ -856,6 +864,80 @@ impl PyInFlight {
     }
 }
 
+/// A replay driven from Python (`tailguard.Emitter.replay`).
+#[pyclass(module = "tailguard._native", name = "_ReplayRun")]
+struct PyReplayRun {
+    run: Option<ReplayRun<Trigger, Py<PyAny>>>,
+}
+
+/// One replayed trigger, its call admitted.
+#[pyclass(module = "tailguard._native", name = "_ReplayCall")]
+struct PyReplayCall {
+    call: Option<ReplayCall<Trigger>>,
+}
+
+fn ended() -> PyErr {
+    PyRuntimeError::new_err("this replay (or replayed call) has already ended")
+}
+
+impl PyReplayRun {
+    fn run(&mut self) -> PyResult<&mut ReplayRun<Trigger, Py<PyAny>>> {
+        self.run.as_mut().ok_or_else(ended)
+    }
+}
+
+#[pymethods]
+impl PyReplayRun {
+    fn next(&mut self) -> PyResult<Option<PyReplayCall>> {
+        Ok(self.run()?.next_call().map(|c| PyReplayCall { call: Some(c) }))
+    }
+    fn delivered(&mut self, call: &mut PyReplayCall) -> PyResult<()> {
+        let c = call.call.take().ok_or_else(ended)?;
+        self.run()?.delivered(c);
+        Ok(())
+    }
+    fn failed(&mut self, call: &mut PyReplayCall, error: Py<PyAny>) -> PyResult<()> {
+        let c = call.call.take().ok_or_else(ended)?;
+        self.run()?.failed(c, error);
+        Ok(())
+    }
+    fn timed_out(&mut self, call: &mut PyReplayCall) -> PyResult<()> {
+        let c = call.call.take().ok_or_else(ended)?;
+        self.run()?.timed_out(c);
+        Ok(())
+    }
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let r = self.run.take().ok_or_else(ended)?.finish();
+        let stopped = match r.stopped {
+            None => "max".into_pyobject(py)?.into_any(),
+            Some(ReplayStop::Empty) => "empty".into_pyobject(py)?.into_any(),
+            Some(ReplayStop::NotClosed) => "not_closed".into_pyobject(py)?.into_any(),
+            Some(ReplayStop::Busy) => "busy".into_pyobject(py)?.into_any(),
+            Some(ReplayStop::Failed(d)) => divert_py(py, d)?,
+        };
+        let handed_back = match r.handed_back {
+            Some((t, p)) => Some(PyTuple::new(py, [t.into_bound(py), priority_py(py, p)?])?),
+            None => None,
+        };
+        replayed_type(py)?.call1((r.delivered, stopped, handed_back))
+    }
+}
+
+#[pymethods]
+impl PyReplayCall {
+    #[getter]
+    fn trigger(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.call.as_ref().ok_or_else(ended)?.trigger().clone_ref(py))
+    }
+    fn remaining(&self) -> PyResult<f64> {
+        Ok(secs(self.call.as_ref().ok_or_else(ended)?.deadline().remaining()))
+    }
+    /// Cancelled: kept at the head, no attempt used; slots back.
+    fn cancel(&mut self) {
+        self.call = None;
+    }
+}
+
 // ----------------------------------------------------------------------
 // The registry and its Prometheus text.
 
@@ -938,6 +1020,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGuarded>()?;
     m.add_class::<PyEmitter>()?;
     m.add_class::<PyInFlight>()?;
+    m.add_class::<PyReplayRun>()?;
+    m.add_class::<PyReplayCall>()?;
     m.add_class::<PyRegistry>()?;
     Ok(())
 }

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any, Awaitable, Callable, List, Optional, Tuple, Union
 
 from ._native import _Emitter, _InFlight
-from ._types import Delivered, Diverted, EmitterStats, HandedBack, Priority
+from ._types import Delivered, Diverted, EmitterStats, HandedBack, Priority, Replayed
 
 __all__ = ["Emitter"]
 
@@ -82,26 +82,63 @@ class Emitter:
         if type(begun) is not _InFlight:
             return begun
         try:
-            if self._clock is None:
-                deadline = asyncio.timeout(begun.remaining())
-                try:
-                    async with deadline:
-                        value = await call(trigger)
-                except TimeoutError as e:
-                    if deadline.expired():
-                        return begun.timed_out()
-                    return begun.failed(e)
-            else:
-                value, cut = await _race(call(trigger), self._clock.sleep(begun.remaining()))
-                if cut:
-                    return begun.timed_out()
+            value, cut = await self._call(call, trigger, begun.remaining())
         except Exception as e:
             return begun.failed(e)
         except BaseException:
             # Cancelled (or interrupted): slots back, no verdict.
             begun.cancel()
             raise
+        if cut:
+            return begun.timed_out()
         return begun.delivered(value)
+
+    async def _call(self, call: Callable[[Any], Awaitable[Any]], trigger: Any, budget: float) -> Tuple[Any, bool]:
+        """Awaits ``call(trigger)`` for at most ``budget`` seconds (on the
+        breaker's manual clock if it has one): ``(value, False)``, or
+        ``(None, True)`` if it was cut at the deadline. Its own exceptions
+        (a ``TimeoutError`` of its own included) go on."""
+        if self._clock is not None:
+            return await _race(call(trigger), self._clock.sleep(budget))
+        deadline = asyncio.timeout(budget)
+        try:
+            async with deadline:
+                return await call(trigger), False
+        except TimeoutError:
+            if deadline.expired():
+                return None, True
+            raise
+
+    async def replay(self, call: Callable[[Any], Awaitable[Any]], max: int = 2**63 - 1) -> Replayed:
+        """Replays up to ``max`` queued triggers through ``call``, if the
+        breaker is CLOSED (or overridden to let calls through) and no other
+        replay runs: highest class first, each class oldest first, each
+        through the breaker, the bulkhead and the timeout. Stops at the
+        first trigger not delivered, which stays at the head of the queue
+        (nothing behind it overtakes it), unless that was its last attempt
+        (``replay_attempts``): then it is handed back in
+        ``Replayed.handed_back``. A cancelled replay keeps the trigger it
+        was calling at the head, no attempt used. The caller bounds the
+        rate: ``max`` per call, calls as often as it likes."""
+        run = self._native.replay_run(max)
+        try:
+            while (c := run.next()) is not None:
+                try:
+                    value, cut = await self._call(call, c.trigger, c.remaining())
+                except Exception as e:
+                    run.failed(c, e)
+                    continue
+                except BaseException:
+                    c.cancel()
+                    raise
+                if cut:
+                    run.timed_out(c)
+                else:
+                    run.delivered(c)
+        except BaseException:
+            run.finish()
+            raise
+        return run.finish()
 
     def emit_blocking(
         self,

@@ -38,7 +38,7 @@ use std::time::Duration;
 /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
 ///     .bulkhead(4)?
 ///     .build()?;
-/// let out: Emitted<&str, usize, std::io::Error> = match e.begin("order-1", Priority::Routine) {
+/// let out: Emitted<&str, usize, String> = match e.begin("order-1", Priority::Routine) {
 ///     Ok(call) => {
 ///         // Make the call however the caller's runtime makes calls,
 ///         // within call.deadline().remaining().
@@ -118,7 +118,7 @@ impl<T> Emitter<T> {
 
 impl<T> Inner<T> {
     /// As [`admit`](Inner::admit), with owned permit and slot.
-    fn admit_owned(&self, start: u64) -> Result<(OwnedPermit, Option<OwnedBulkheadPermit>), NotAdmitted> {
+    pub(super) fn admit_owned(&self, start: u64) -> Result<(OwnedPermit, Option<OwnedBulkheadPermit>), NotAdmitted> {
         let permit = self.breaker.allow_owned_at(start).map_err(NotAdmitted::Open)?;
         let slot = match &self.bulkhead {
             None => None,
@@ -224,8 +224,8 @@ impl<T> InFlight<T> {
     /// ```
     /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::{Divert, Emitted, Emitter}};
     /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?).build()?;
-    /// let call = e.begin("a", Priority::Routine).ok().unwrap();
-    /// let out: Emitted<_, (), _> = call.finish(Err("503"));
+    /// let call = e.begin::<(), &str>("a", Priority::Routine).ok().unwrap();
+    /// let out = call.finish::<(), _>(Err("503"));
     /// assert!(matches!(out, Emitted::Diverted { reason: Divert::Failed("503"), .. }));
     /// assert_eq!(e.queue().len(), 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -251,7 +251,7 @@ impl<T> InFlight<T> {
     /// let e = Emitter::builder(b, DeadLetterQueue::with_capacity(8)?)
     ///     .timeout(Duration::from_millis(50))?
     ///     .build()?;
-    /// let call = e.begin("a", Priority::Routine).ok().unwrap();
+    /// let call = e.begin::<(), ()>("a", Priority::Routine).ok().unwrap();
     /// clock.advance(Duration::from_millis(50));
     /// let out: Emitted<_, (), ()> = call.timed_out();
     /// let ran = Duration::from_millis(50);

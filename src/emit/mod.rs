@@ -106,12 +106,14 @@ mod local;
 mod metrics;
 mod pending;
 mod replay;
+mod replay_run;
 
 pub use attempt::InFlight;
 pub use local::{LocalEmitter, LocalStatsReader};
 pub use metrics::{EmitTimes, EmitterStats};
 #[cfg(feature = "prometheus")]
 pub(crate) use metrics::{Exported, EXPORTED};
+pub use replay_run::{ReplayCall, ReplayRun};
 
 use crate::breaker::Breaker;
 use crate::bulkhead::Bulkhead;

@@ -91,7 +91,7 @@ impl<T> ReplayState<T> {
 /// Whether replay may run: the breaker CLOSED, or in a mode that
 /// admits every call whatever its state (metrics-only, whose state is
 /// only what it would do; forced closed; disabled); never forced open.
-fn replay_allowed(b: &Breaker) -> bool {
+pub(super) fn replay_allowed(b: &Breaker) -> bool {
     use crate::report::{Mode, State};
     match b.mode() {
         Mode::ForcedOpen => false,
@@ -103,13 +103,27 @@ fn replay_allowed(b: &Breaker) -> bool {
 impl<T> Inner<T> {
     /// The replay turn, if no other replay (nor `shutdown_async`) holds it.
     pub(super) fn replay_turn(&self) -> Option<ReplayTurn<'_>> {
+        self.take_turn().then(|| ReplayTurn {
+            flag: &self.replaying,
+            waiters: &self.turn_waiters,
+        })
+    }
+
+    /// Takes the replay turn if no one holds it; whoever gets `true`
+    /// gives it back with [`give_back_turn`](Self::give_back_turn) (a
+    /// [`ReplayTurn`]'s drop, or an owned run's: `replay_run.rs`).
+    pub(super) fn take_turn(&self) -> bool {
         self.replaying
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| ReplayTurn {
-                flag: &self.replaying,
-                waiters: &self.turn_waiters,
-            })
+            .is_ok()
+    }
+
+    /// Gives the replay turn back, waking whoever waits for it.
+    pub(super) fn give_back_turn(&self) {
+        drop(ReplayTurn {
+            flag: &self.replaying,
+            waiters: &self.turn_waiters,
+        });
     }
 
     /// The trigger at the head (the one a replay keeps there first), taken
@@ -369,28 +383,37 @@ impl<'a, T, E, H: Host<T> + 'a> Replay<'a, T, E, H> {
     }
 
     /// The trigger `held` was not delivered, for `reason`: the replay
-    /// stops. A call made (failed, timed out) uses one attempt, and after
-    /// the last the trigger is handed back; else it is kept at the head,
-    /// unless the emitter is shut down (then handed back too: nothing is
-    /// kept after a shutdown's drain).
+    /// stops ([`not_delivered`]).
     fn not_delivered(&mut self, mut held: Held<'a, T, H>, reason: Divert<E>) {
-        let mut p = held.item.take().expect("held until settled");
-        let called = reason.called();
-        if called {
-            p.attempts = p.attempts.saturating_add(1);
-        }
-        let last = called && p.attempts >= self.inner.replay_attempts();
-        let back = if last {
-            Err(p)
-        } else {
-            self.inner.keep_unless_shut_down(p)
-        };
-        if let Err(p) = back {
-            self.inner.metrics_count(Count::ReplayHandedBack);
-            self.out.handed_back = Some((p.trigger, p.class));
-        }
-        self.out.stopped = Some(ReplayStop::Failed(reason));
+        let p = held.item.take().expect("held until settled");
+        not_delivered(self.inner, p, reason, &mut self.out);
     }
+}
+
+/// A replayed trigger `p` was not delivered, for `reason`: the replay
+/// stops (`out.stopped`). A call made (failed, timed out) uses one
+/// attempt, and after the last the trigger is handed back (in `out`);
+/// else it is kept at the head, unless the emitter is shut down (then
+/// handed back too: nothing is kept after a shutdown's drain). The rule of
+/// every replay: the async and blocking ones (`Replay`) and the one the
+/// caller drives (`ReplayRun`).
+pub(super) fn not_delivered<T, E, H: Host<T> + ?Sized>(
+    host: &H,
+    mut p: Pending<T>,
+    reason: Divert<E>,
+    out: &mut Replayed<T, E>,
+) {
+    let called = reason.called();
+    if called {
+        p.attempts = p.attempts.saturating_add(1);
+    }
+    let last = called && p.attempts >= host.replay_attempts();
+    let back = if last { Err(p) } else { host.keep_unless_shut_down(p) };
+    if let Err(p) = back {
+        host.metrics_count(Count::ReplayHandedBack);
+        out.handed_back = Some((p.trigger, p.class));
+    }
+    out.stopped = Some(ReplayStop::Failed(reason));
 }
 
 /// A trigger a replay took out of the queue and has not settled (its call

@@ -25,6 +25,7 @@ mod panics;
 mod per_core;
 mod per_core_async;
 mod replay;
+mod replay_run;
 mod shutdown;
 mod timeouts;
 mod timer_panics;
