@@ -9,7 +9,8 @@
 //! | shutdown against diversions: `closed` and the `diverting` count, both SeqCst, so no trigger lands in the queue after the drain (`emit/mod.rs`) | `a_diversion_racing_shutdown_is_drained_or_handed_back` |
 //! | the bulkhead's slots: a CAS on the in-flight count, given back on drop (`bulkhead.rs`) | `the_bulkhead_never_admits_more_than_its_bound` |
 //! | one replay at a time: the replay turn (`emit/replay.rs`) | `two_replays_never_run_at_once` |
-//! | a replay's trigger against a shutdown's drain: kept under the queue's lock only if not shut down (`emit/replay.rs`) | `a_replay_racing_shutdown_keeps_nothing_and_loses_nothing` |
+//! | a replay's trigger against a shutdown's drain: kept under the queue's lock only if not shut down (`emit/replay.rs`) | `a_replay_racing_shutdown_keeps_nothing_and_loses_nothing`, `a_replay_run_racing_shutdown_keeps_nothing_and_loses_nothing` |
+//! | the turn of a replay the caller drives, held by the run and its call until both are gone (`emit/replay_run.rs`) | `a_replay_call_outliving_its_run_holds_the_turn_until_its_trigger_is_back` |
 #![cfg(tailguard_loom)]
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -144,6 +145,63 @@ fn a_replay_racing_shutdown_keeps_nothing_and_loses_nothing() {
         assert_eq!(drained + handed_back, 1, "exactly once: {r:?}");
         let s = e.stats();
         assert!(!s.pending && s.queued == 0, "nothing kept after the shutdown: {s:?}");
+        assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
+    });
+}
+
+#[test]
+fn a_replay_run_racing_shutdown_keeps_nothing_and_loses_nothing() {
+    model(|| {
+        let (b, e) = open_emitter(2);
+        let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        b.reset();
+        let emitter = e.clone();
+        let t = thread::spawn(move || {
+            let mut run = emitter.replay_run::<()>(1);
+            if let Some(call) = run.next_call() {
+                run.failed(call, ());
+            }
+            run.finish()
+        });
+        let mut drained = 0;
+        e.shutdown(|t, _| {
+            assert_eq!(t, 1);
+            drained += 1;
+        });
+        let r = t.join().unwrap();
+        assert_eq!(drained + usize::from(r.handed_back.is_some()), 1, "exactly once: {r:?}");
+        let s = e.stats();
+        assert!(!s.pending && s.queued == 0, "nothing kept after the shutdown: {s:?}");
+        assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
+    });
+}
+
+#[test]
+fn a_replay_call_outliving_its_run_holds_the_turn_until_its_trigger_is_back() {
+    model(|| {
+        let (b, e) = open_emitter(2);
+        let _ = e.emit_blocking(1, Priority::Routine, |_, _| Ok::<_, ()>(()));
+        b.reset();
+        let mut run = e.replay_run::<()>(1);
+        let call = run.next_call().expect("the trigger");
+        let t = thread::spawn(move || drop(call)); // cancelled: kept at the head
+        let _ = run.finish(); // the call may still be out
+                              // Another replay gets the turn only once the trigger is back at
+                              // the head: it never finds the queue empty.
+        let mut other = e.replay_run::<()>(1);
+        let got = other.next_call().map(|c| {
+            let t = *c.trigger();
+            other.delivered(c);
+            t
+        });
+        let r = other.finish();
+        match got {
+            Some(t) => assert_eq!(t, 1),
+            None => assert_eq!(r.stopped, Some(ReplayStop::Busy), "{r:?}"),
+        }
+        t.join().unwrap();
+        let s = e.stats();
+        assert_eq!(s.replayed + u64::from(s.pending), 1, "delivered or kept: {s:?}");
         assert_eq!(s.into_queue(), s.out_of_queue(), "{s:?}");
     });
 }

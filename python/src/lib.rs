@@ -330,7 +330,45 @@ fn listener(callable: Py<PyAny>) -> impl Fn(&tailguard::Transition) + Send + Syn
     }
 }
 
-/// A circuit breaker for one downstream consumer. See `help(tailguard.Breaker)`.
+/// A circuit breaker for one downstream consumer.
+///
+/// It measures every call's latency and outcome in windows, and trips
+/// (OPEN: calls are rejected at once with `BreakerOpen`) when the
+/// consumer's tail latency stays above `latency_threshold`, or its errors
+/// above `error_rate`; after a backoff it lets a bounded trickle of probes
+/// through (HALF_OPEN) and closes again when they succeed.
+///
+///     >>> from tailguard import Breaker, BreakerOpen
+///     >>> pricing = Breaker(name="pricing", latency_threshold=0.05)
+///     >>> with pricing.allow():      # raises BreakerOpen when open
+///     ...     pass                   # the call; an exception records a failure
+///     >>> pricing.state
+///     <State.CLOSED: 'closed'>
+///
+/// Settings (keywords; times in seconds; the Rust crate's `BreakerBuilder`
+/// settings, with its defaults and limits; a bad value raises `ValueError`
+/// naming the setting, an unknown setting `TypeError`):
+///
+/// - latency_threshold: calls slower than this are slow (0.05).
+/// - quantile: the latency quantile judged against it (0.99).
+/// - trip_windows: consecutive breaching windows that trip (3).
+/// - window: one measurement window (1.0).
+/// - error_rate: the failed share that trips (0.5), over error_window (10
+///   windows), once min_calls calls (20) are seen.
+/// - failure_count: (n, within): trip on more than n failures within
+///   `within` seconds (off).
+/// - base_backoff, max_backoff: the first and the longest OPEN (1.0, 30.0).
+/// - half_open_probes: probes at once (1); success_to_close: good probes
+///   that close (5); probe_lease: how long a probe may hold its slot.
+/// - recovery_ramp: hand traffic back gradually over this long (off).
+/// - flapping: (cycles, within) that flag a flapping consumer.
+/// - track_in_flight: count calls still running at a window's close (off).
+/// - name: the consumer's name (metrics).
+/// - clock: a `ManualClock` for tests (default: the system clock).
+/// - ticker: whether the background thread closes its windows (default:
+///   yes, unless the clock is manual: then call `tick()`).
+/// - on_transition: a callable, or a list of them, called with each
+///   `Transition` off the hot path; see the package README.
 #[pyclass(module = "tailguard._native", name = "Breaker", frozen, weakref)]
 struct PyBreaker {
     breaker: tailguard::Breaker,
@@ -354,7 +392,9 @@ impl PyBreaker {
         })
     }
 
-    /// A permit for one call, or `BreakerOpen`.
+    /// A `Permit` for one call, or `BreakerOpen` (the call must not be
+    /// made). Record the call's outcome on the permit, or use it as a
+    /// context manager.
     fn allow(&self, py: Python<'_>) -> PyResult<PyPermit> {
         match self.breaker.allow_owned() {
             Ok(p) => Ok(PyPermit { permit: Some(p) }),
@@ -496,7 +536,14 @@ impl PyBreaker {
     }
 }
 
-/// One call's permit. See `help(tailguard.Permit)`.
+/// One call's permit, from `Breaker.allow()`.
+///
+/// Record the call's verdict once: `record(ok)` (the latency measured since
+/// `allow()`), `record_latency(seconds, ok)`, `record_timeout(seconds)`, or
+/// `abandon()` (not called). A second verdict raises `PermitUsed`. A permit
+/// dropped without one counts as cancelled (no verdict; a probe's slot is
+/// free again). As a context manager it records success, or failure if the
+/// block raises (the exception goes on).
 #[pyclass(module = "tailguard._native", name = "Permit")]
 struct PyPermit {
     permit: Option<tailguard::OwnedPermit>,
@@ -564,7 +611,9 @@ impl PyPermit {
     }
 }
 
-/// A function guarded by a breaker (`@breaker`).
+/// A function guarded by a breaker (`@breaker`): each call takes a permit
+/// (or raises `BreakerOpen` without calling it) and records success, or
+/// failure if it raises, with its latency.
 #[pyclass(module = "tailguard._native", name = "Guarded", frozen)]
 struct PyGuarded {
     breaker: tailguard::Breaker,
@@ -941,7 +990,14 @@ impl PyReplayCall {
 // ----------------------------------------------------------------------
 // The registry and its Prometheus text.
 
-/// Breakers by consumer name, and their Prometheus exposition.
+/// Breakers by consumer name, and their Prometheus text exposition.
+///
+///     >>> from tailguard import Registry, Emitter
+///     >>> registry = Registry()
+///     >>> pricing = registry.breaker("pricing", latency_threshold=0.05)
+///     >>> registry.attach_emitter("pricing", Emitter(pricing))
+///     >>> "breaker_state" in registry.prometheus_text()
+///     True
 #[pyclass(module = "tailguard._native", name = "Registry", frozen)]
 struct PyRegistry {
     registry: tailguard::Registry,
