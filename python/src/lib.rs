@@ -1,6 +1,6 @@
 //! The native half of the `tailguard` Python package: the breaker, its
 //! permits and decorator, the manual clock, the emitter's admission and
-//! accounting (its calls are awaited in Python: `tailguard/_emitter.py`),
+//! accounting (its calls are awaited in Python: `pysrc/tailguard/_emitter.py`),
 //! and the registry's Prometheus text. Everything a call pays for
 //! (`allow`, a verdict, a guarded call, an emit's begin and end) runs here
 //! under the GIL without releasing it; only the cold operations that may
@@ -22,8 +22,8 @@ use tailguard::{BreakerBuilder, Rejected, State, Ticker};
 type Trigger = Py<PyAny>;
 
 // ----------------------------------------------------------------------
-// Values and exceptions defined in Python (`tailguard/_types.py`,
-// `tailguard/_errors.py`), looked up once.
+// Values and exceptions defined in Python (`pysrc/tailguard/_types.py`,
+// `pysrc/tailguard/_errors.py`), looked up once.
 
 macro_rules! py_type {
     ($fn:ident, $module:literal, $name:literal) => {
@@ -498,7 +498,7 @@ impl PyBreaker {
     /// `@breaker` on a function: each call takes a permit (or raises
     /// `BreakerOpen` without calling it) and records success, or failure
     /// if it raises, with its latency. Coroutine functions are wrapped in
-    /// Python (`tailguard/_guard.py`).
+    /// Python (`pysrc/tailguard/_guard.py`).
     fn __call__<'py>(slf: &Bound<'py, Self>, func: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         if !func.is_callable() {
