@@ -64,6 +64,14 @@
 //! written by another core; blocking, or async on the core's own runtime
 //! ([`LocalEmitter::emit_with`] and its [`Timer`](crate::timer::Timer)).
 //!
+//! Where the crate cannot make the call itself (another language's event
+//! loop, a completion-based runtime), [`Emitter::begin`] admits an emit
+//! and hands back an [`InFlight`] the caller ends when its call does, and
+//! [`Emitter::replay_run`] is a replay whose calls the caller makes
+//! ([`ReplayRun`]): the same admission, verdicts, outcomes, counters and
+//! replay policy. The Python package (`python/` in the repository) drives
+//! its asyncio emits and replays this way.
+//!
 //! ```
 //! use std::time::Duration;
 //! use tailguard::dlq::{DeadLetterQueue, Priority};

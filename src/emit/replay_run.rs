@@ -235,16 +235,58 @@ impl<T, E> ReplayRun<T, E> {
 
 impl<T> ReplayCall<T> {
     /// The trigger, to call the consumer with.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
+    ///     .timeout(Duration::from_secs(1))?
+    ///     .build()?;
+    /// e.enqueue("order-7", Priority::Critical).unwrap();
+    /// let mut run = e.replay_run::<()>(1);
+    /// let call = run.next_call().unwrap();
+    /// assert_eq!(*call.trigger(), "order-7");
+    /// run.delivered(call);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn trigger(&self) -> &T {
         &self.item.as_ref().expect("unsettled").trigger
     }
 
     /// The trigger's class.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
+    ///     .timeout(Duration::from_secs(1))?
+    ///     .build()?;
+    /// e.enqueue("order-7", Priority::Critical).unwrap();
+    /// let mut run = e.replay_run::<()>(1);
+    /// let call = run.next_call().unwrap();
+    /// assert_eq!(call.class(), Priority::Critical);
+    /// run.delivered(call);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn class(&self) -> Priority {
         self.item.as_ref().expect("unsettled").class
     }
 
     /// The call's time budget: the emitter's timeout from the call's start.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tailguard::{Breaker, dlq::{DeadLetterQueue, Priority}, emit::Emitter};
+    /// let e = Emitter::builder(Breaker::builder().build()?, DeadLetterQueue::with_capacity(8)?)
+    ///     .timeout(Duration::from_secs(1))?
+    ///     .build()?;
+    /// e.enqueue("order-7", Priority::Critical).unwrap();
+    /// let mut run = e.replay_run::<()>(1);
+    /// let call = run.next_call().unwrap();
+    /// assert!(call.deadline().remaining() <= Duration::from_secs(1));
+    /// run.delivered(call);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn deadline(&self) -> Deadline<'_> {
         let inner = &self.turn.0.inner;
         Deadline {
