@@ -68,6 +68,19 @@ async def test_diverted_open_never_calls(clock, make_emitter):
     assert e.stats().diverted_open == 1
 
 
+def test_an_emit_not_admitted_never_suspends(clock, make_emitter):
+    # Rejected by the breaker or the bulkhead: the coroutine finishes in its
+    # first step, without yielding to the event loop once.
+    b = Breaker(clock=clock)
+    e = make_emitter(b)
+    b.force_open()
+    coro = e.emit("a", ok, CRITICAL)
+    with pytest.raises(StopIteration) as info:
+        coro.send(None)
+    assert info.value.value == Diverted(Divert("open", retry_after=None))
+    assert e.drain(1) == [("a", CRITICAL)]
+
+
 async def test_diverted_forced_open_has_no_retry_time(clock, make_emitter):
     b = Breaker(clock=clock)
     e = make_emitter(b)

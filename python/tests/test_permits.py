@@ -227,6 +227,36 @@ def test_decorator_on_a_method(clock):
     assert totals(b, clock) == (2, 0, 0, 0)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the sync @breaker (PyGuarded.__call__ in python/src/lib.rs) records any raised "
+    "BaseException as a failure, while the async @breaker (_guard.py) and Emitter.emit_blocking give "
+    "the permit back with no verdict on KeyboardInterrupt/SystemExit ('interrupted: no verdict')",
+)
+def test_sync_decorator_interrupted_is_no_verdict_like_the_async_one(clock):
+    b = Breaker(clock=clock, error_rate=1.0)
+
+    @b
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+    assert totals(b, clock) == (0, 0, 0, 0)
+
+
+async def test_async_decorator_interrupted_is_no_verdict(clock):
+    b = Breaker(clock=clock, error_rate=1.0)
+
+    @b
+    async def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        await interrupted()
+    assert totals(b, clock) == (0, 0, 0, 0)
+
+
 def test_decorating_a_non_callable_is_a_type_error():
     with pytest.raises(TypeError):
         Breaker()(42)
