@@ -469,3 +469,20 @@ def test_transition_is_a_plain_value(clock):
     (t,) = seen
     assert t == Transition(State.CLOSED, State.OPEN, Mode.NORMAL, Mode.FORCED_OPEN, 1, "forced_open", 0.5, False)
     assert pickle.loads(pickle.dumps(t)) == t
+
+
+def test_a_clock_stepping_back_does_not_take_the_breaker_back(clock):
+    b = Breaker(clock=clock, trip_windows=1, min_calls=1, error_rate=0.5)
+    clock.advance(2.5)
+    b.tick()
+    assert (b.snapshot().uptime, b.next_due()) == (2.5, 0.5)
+    clock.rewind(1.0)
+    b.tick()
+    assert (b.snapshot().uptime, b.next_due()) == (2.5, 0.5)  # its time stands still
+    p = b.allow()
+    clock.advance(0.25)
+    p.record(False)  # a latency measured across the step: no negative time
+    clock.advance(0.25)
+    b.tick()
+    s = b.snapshot()
+    assert (s.state, s.totals.calls, s.totals.errors, s.window.closed_at) == (State.OPEN, 1, 1, 3.0)

@@ -441,3 +441,28 @@ async def test_replay_delivers_highest_class_first(clock, make_emitter):
     replayed = await e.replay(send, max=10)
     assert replayed.delivered == 3 and got == ["c1", "r1", "i1"]
     assert e.stats().replayed == 3
+
+
+async def test_the_timeout_on_the_system_clock(make_emitter):
+    # The one emitter test on real time: a breaker on the system clock
+    # times its calls with asyncio.timeout; 20 ms, bounded.
+    b = Breaker()
+    e = make_emitter(b, timeout=0.02)
+
+    async def hang(x):
+        await asyncio.Event().wait()
+
+    out = await asyncio.wait_for(e.emit("a", hang), 5.0)
+    assert out.reason.kind == "timed_out"
+    assert 0.02 <= out.reason.elapsed < 2.0
+    assert e.stats().diverted_timeout == 1
+    assert e.drain(1) == [("a", ROUTINE)]
+
+
+async def test_a_plain_int_priority_comes_back_as_a_priority(clock, make_emitter):
+    b = Breaker(clock=clock)
+    e = make_emitter(b)
+    b.force_open()
+    await e.emit("a", ok, 2)
+    (item,) = e.drain(1)
+    assert item == ("a", CRITICAL) and type(item[1]) is Priority

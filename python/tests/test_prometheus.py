@@ -77,10 +77,10 @@ def test_breaker_series_follow_the_breaker(clock):
     assert value(samples, "breaker_state", consumer="pricing") == 2
 
 
-async def test_emitter_series_carry_the_consumer_label(clock):
+async def test_emitter_series_carry_the_consumer_label(clock, make_emitter):
     r = Registry()
     b = r.breaker("pricing", clock=clock)
-    e = Emitter(b, capacity=4)
+    e = make_emitter(b, capacity=4)
     r.attach_emitter("pricing", e)
 
     async def ok(x):

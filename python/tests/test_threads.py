@@ -191,3 +191,31 @@ def test_a_listener_on_the_ticker_thread_while_overrides_run_does_not_deadlock()
         assert len(seen) + s.events_lost == s.generation
         assert threads - {main, worker_id[0]}, "no transition was delivered on the ticker thread"
     assert s.listener_panics == 0
+
+
+def test_breakers_with_listeners_dropped_while_the_ticker_delivers():
+    """System-clock breakers with listeners built, tripped, probed and
+    dropped in a loop while the ticker thread delivers their events: no
+    deadlock (the drop never waits for the ticker with the GIL held)."""
+    delivered = []
+    finished = threading.Event()
+
+    def churn():
+        for i in range(200):
+            b = Breaker(window=0.001, base_backoff=1e-6, max_backoff=1e-6, success_to_close=1,
+                        on_transition=lambda t: delivered.append(t.generation))
+            b.trip_now()
+            try:
+                b.allow().record(True)  # hot-path transitions: left for the ticker
+            except BreakerOpen:
+                pass
+            if i % 20 == 0:
+                time.sleep(0.003)
+            del b
+        finished.set()
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    assert finished.wait(60.0), "building and dropping breakers hung"
+    worker.join(5.0)
+    assert len(delivered) >= 200  # every trip_now at least, delivered before it returned
