@@ -486,3 +486,45 @@ def test_a_clock_stepping_back_does_not_take_the_breaker_back(clock):
     b.tick()
     s = b.snapshot()
     assert (s.state, s.totals.calls, s.totals.errors, s.window.closed_at) == (State.OPEN, 1, 1, 3.0)
+
+
+def test_recovery_ramp_rejects_with_ramping_then_admits_all(clock):
+    b = Breaker(clock=clock, recovery_ramp=4.0, success_to_close=1)
+    b.trip_now()
+    clock.advance(1.0)
+    b.allow().record(True)  # the probe closes it: the ramp starts
+    assert b.state == State.CLOSED
+    e = rejection(b)
+    assert (e.reason, e.retry_after) == ("ramping", 1.0)
+    clock.advance(4.0)
+    b.tick()
+    for _ in range(100):
+        b.allow().record(True)
+    assert b.snapshot().rejections.ramping == 1
+
+
+def test_track_in_flight_counts_hung_calls_as_slow(clock):
+    b = Breaker(clock=clock, track_in_flight=True, latency_threshold=0.1, trip_windows=1, min_calls=5)
+    hung = [b.allow() for _ in range(5)]
+    close_window(b, clock)
+    s = b.snapshot()
+    assert (s.state, s.window.calls, s.window.slow) == (State.OPEN, 5, 5)
+    untracked = Breaker(clock=clock, latency_threshold=0.1, trip_windows=1, min_calls=5)
+    also_hung = [untracked.allow() for _ in range(5)]
+    close_window(untracked, clock)
+    assert (untracked.state, untracked.snapshot().window.calls) == (State.CLOSED, 0)
+    del hung, also_hung
+
+
+def test_flapping_is_flagged_on_the_reopen_that_crosses_the_limit(clock):
+    seen = []
+    b = Breaker(clock=clock, flapping=(2, 60.0), on_transition=seen.append)
+    b.trip_now()
+    for _ in range(3):
+        clock.advance(b.snapshot().next_probe_in)
+        b.allow().record(False)
+    b.tick()
+    assert [(t.to, t.flapping) for t in seen] == [
+        (State.OPEN, False), (State.HALF_OPEN, False), (State.OPEN, False), (State.HALF_OPEN, False),
+        (State.OPEN, False), (State.HALF_OPEN, False), (State.OPEN, True)]
+    assert b.snapshot().flapping
