@@ -9,10 +9,10 @@
 //! GIL) never waits on a thread that holds the GIL while it waits for the
 //! ticker.
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 use std::sync::OnceLock;
 use std::time::Duration;
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
@@ -196,6 +196,9 @@ fn builder_from(py: Python<'_>, kw: Option<&Bound<'_, PyDict>>) -> PyResult<Brea
                 duration(&key, s)
             };
             let int = |v: &Bound<'_, PyAny>| -> PyResult<u64> {
+                if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+                    return Err(PyTypeError::new_err(format!("{key}: expected an integer, got {v}")));
+                }
                 v.extract::<u64>()
                     .map_err(|_| PyValueError::new_err(format!("{key}: expected a non-negative integer, got {v}")))
             };
@@ -432,7 +435,10 @@ impl PyBreaker {
         d.set_item("generation", s.generation)?;
         d.set_item("trip_count", s.trip_count)?;
         d.set_item("backoff_level", s.backoff_level)?;
+        d.set_item("consecutive_breaches", s.consecutive_breaches)?;
         d.set_item("probes_in_flight", s.probes_in_flight)?;
+        d.set_item("probe_successes", s.probe_successes)?;
+        d.set_item("shadow_rejections", s.shadow_rejections)?;
         d.set_item("next_probe_in", s.next_probe_in.map(secs))?;
         d.set_item("open_for", s.open_for.map(secs))?;
         let w = PyDict::new(py);
@@ -611,9 +617,11 @@ impl PyPermit {
     }
 }
 
-/// A function guarded by a breaker (`@breaker`): each call takes a permit
-/// (or raises `BreakerOpen` without calling it) and records success, or
-/// failure if it raises, with its latency.
+// A function guarded by a breaker (`@breaker`): each call takes a permit
+// (or raises `BreakerOpen` without calling it) and records success, or
+// failure if it raises an `Exception`, with its latency. No class
+// docstring: `__doc__` is the function's (the getter below).
+#[allow(missing_docs)]
 #[pyclass(module = "tailguard._native", name = "Guarded", frozen)]
 struct PyGuarded {
     breaker: tailguard::Breaker,
@@ -636,7 +644,11 @@ impl PyGuarded {
                 Ok(v)
             }
             Err(e) => {
-                permit.record(false);
+                if e.is_instance_of::<PyException>(py) {
+                    permit.record(false);
+                } else {
+                    permit.abandon(); // interrupted (KeyboardInterrupt, SystemExit, ...): no verdict
+                }
                 Err(e)
             }
         }
@@ -1001,6 +1013,9 @@ impl PyReplayCall {
 #[pyclass(module = "tailguard._native", name = "Registry", frozen)]
 struct PyRegistry {
     registry: tailguard::Registry,
+    /// The `ManualClock` each consumer's breaker was built on, if any (a
+    /// lookup's `Breaker.clock`).
+    clocks: std::sync::Mutex<std::collections::HashMap<String, Py<PyAny>>>,
 }
 
 #[pymethods]
@@ -1009,6 +1024,7 @@ impl PyRegistry {
     fn new() -> Self {
         Self {
             registry: tailguard::Registry::new(),
+            clocks: Default::default(),
         }
     }
 
@@ -1016,10 +1032,14 @@ impl PyRegistry {
     /// (later calls return the same breaker and ignore them).
     #[pyo3(signature = (name, **settings))]
     fn breaker(&self, py: Python<'_>, name: &str, settings: Option<&Bound<'_, PyDict>>) -> PyResult<PyBreaker> {
+        let clock_of_name = |py: Python<'_>| {
+            let clocks = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
+            clocks.get(name).map(|c| c.clone_ref(py))
+        };
         if let Some(existing) = self.registry.get(name) {
             return Ok(PyBreaker {
                 breaker: existing,
-                clock: None,
+                clock: clock_of_name(py),
             });
         }
         let builder = builder_from(py, settings)?;
@@ -1030,9 +1050,13 @@ impl PyRegistry {
                     .get_or_create(name, || builder.take().expect("called once"))
             })
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        if let Some(c) = clock_of(settings) {
+            let mut clocks = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
+            clocks.entry(name.to_owned()).or_insert(c);
+        }
         Ok(PyBreaker {
             breaker,
-            clock: clock_of(settings),
+            clock: clock_of_name(py),
         })
     }
 

@@ -5,17 +5,7 @@ checked after every test that made them."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
-
-# Test the package as installed (with its compiled ``tailguard._native``),
-# not the source directory next to this one: ``python -m pytest`` run from
-# python/ puts python/ first on sys.path, where ``tailguard/`` has no
-# native module (maturin's python-source is "." here).
-_SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _SOURCE]
-if "tailguard" in sys.modules and not hasattr(sys.modules["tailguard"], "Breaker"):
-    raise ImportError("tailguard was imported from the source tree; install it: pip install ./python")
 
 import pytest
 

@@ -61,9 +61,18 @@ class ManualClock:
         if seconds <= 0:
             await asyncio.sleep(0)
             return
+        await self._timer(seconds)
+
+    def _timer(self, seconds: float) -> "asyncio.Future[None]":
+        """A future done once the clock has been advanced by ``seconds``
+        from now: the deadline is fixed here, when it is called, not when
+        a task first awaits it."""
         fut = asyncio.get_running_loop().create_future()
+        if seconds <= 0:
+            fut.set_result(None)
+            return fut
         heapq.heappush(self._sleepers, (self.now() + seconds, next(self._seq), fut))
-        await fut
+        return fut
 
     def _wake(self) -> None:
         now = self.now()

@@ -83,6 +83,9 @@ class Emitter:
             return begun
         try:
             value, cut = await self._call(call, trigger, begun.remaining())
+        except _NotAwaitable:
+            begun.cancel()  # the caller's mistake: no verdict on the consumer
+            raise
         except Exception as e:
             return begun.failed(e)
         except BaseException:
@@ -97,13 +100,22 @@ class Emitter:
         """Awaits ``call(trigger)`` for at most ``budget`` seconds (on the
         breaker's manual clock if it has one): ``(value, False)``, or
         ``(None, True)`` if it was cut at the deadline. Its own exceptions
-        (a ``TimeoutError`` of its own included) go on."""
+        (a ``TimeoutError`` of its own included) go on; a ``call`` that
+        does not return an awaitable raises ``TypeError`` (the caller's
+        mistake, not the consumer's failure)."""
+        pending = call(trigger)
+        if not hasattr(pending, "__await__"):
+            raise _NotAwaitable(
+                f"Emitter.emit: call({trigger!r}) returned {type(pending).__name__}, not an awaitable "
+                "(pass an async function; use emit_blocking for a plain one)"
+            )
         if self._clock is not None:
-            return await _race(call(trigger), self._clock.sleep(budget))
+            # The deadline is fixed now, at admission, on the manual clock.
+            return await _race(pending, self._clock._timer(budget))
         deadline = asyncio.timeout(budget)
         try:
             async with deadline:
-                return await call(trigger), False
+                return await pending, False
         except TimeoutError:
             if deadline.expired():
                 return None, True
@@ -125,6 +137,9 @@ class Emitter:
             while (c := run.next()) is not None:
                 try:
                     value, cut = await self._call(call, c.trigger, c.remaining())
+                except _NotAwaitable:
+                    c.cancel()
+                    raise
                 except Exception as e:
                     run.failed(c, e)
                     continue
@@ -212,24 +227,30 @@ class Emitter:
         return f"<tailguard.Emitter {self._breaker!r} queued={len(self)}/{self.capacity}>"
 
 
-async def _race(call: Awaitable[Any], timer: Awaitable[None]) -> Tuple[Any, bool]:
-    """Awaits ``call`` against ``timer``: ``(value, False)`` if the call
-    finished first (its exception goes on), ``(None, True)`` if the timer
-    did (the call is cancelled)."""
+class _NotAwaitable(TypeError):
+    """``call`` returned something that cannot be awaited."""
+
+
+async def _race(call: Awaitable[Any], timer: "asyncio.Future[None]") -> Tuple[Any, bool]:
+    """Awaits ``call`` against ``timer`` (a future of the manual clock):
+    ``(value, False)`` if the call finished first (its exception goes on),
+    ``(None, True)`` if the timer did (the call is then cancelled, and
+    waited for). A cancellation of the awaiting task goes on, whenever it
+    comes: the call is cancelled with it."""
     call_task = asyncio.ensure_future(call)
-    timer_task = asyncio.ensure_future(timer)
     try:
-        await asyncio.wait((call_task, timer_task), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((call_task, timer), return_when=asyncio.FIRST_COMPLETED)
+        if call_task.done():
+            return call_task.result(), False
+        call_task.cancel()
+        # Its clean-up runs to its end; its outcome is the timeout's. A
+        # cancellation of this task raises here, and goes on.
+        await asyncio.wait((call_task,))
+        if not call_task.cancelled():
+            call_task.exception()  # retrieved: no "never retrieved" warning
+        return None, True
     except BaseException:
         call_task.cancel()
-        timer_task.cancel()
         raise
-    if call_task.done():
-        timer_task.cancel()
-        return call_task.result(), False
-    call_task.cancel()
-    try:
-        await call_task
-    except BaseException:
-        pass
-    return None, True
+    finally:
+        timer.cancel()

@@ -11,8 +11,9 @@ class BreakerOpen(Exception):
     """The breaker rejected the call: it was not made.
 
     ``retry_after`` is the number of seconds until the breaker may let a
-    call through (a probe), or ``None`` when no time is known (forced open,
-    or every probe slot taken). ``reason`` is ``"open"``, ``"probes_busy"``,
+    call through: until its backoff ends (``"open"``), until the earliest
+    probe's lease ends (``"probes_busy"``), or ``None`` when no time is
+    known (``"forced_open"``). ``reason`` is ``"open"``, ``"probes_busy"``,
     ``"forced_open"`` or ``"ramping"``.
     """
 

@@ -138,7 +138,11 @@ class Snapshot:
     generation: int
     trip_count: int
     backoff_level: int
+    consecutive_breaches: int
+    """Windows in a row over the latency threshold (CLOSED)."""
     probes_in_flight: int
+    probe_successes: int
+    """Good probes so far in this HALF_OPEN."""
     next_probe_in: Optional[float]
     """Seconds until a probe may pass (OPEN only)."""
     open_for: Optional[float]
@@ -146,6 +150,9 @@ class Snapshot:
     window: WindowStats
     totals: Totals
     rejections: Rejections
+    shadow_rejections: int
+    """Calls a breaker in ``metrics_only`` mode let through that it would
+    have rejected."""
     events_lost: int
     listener_panics: int
     """Listener calls that raised (each exception was reported to
@@ -291,12 +298,15 @@ def _snapshot(d: dict) -> Snapshot:
         generation=d["generation"],
         trip_count=d["trip_count"],
         backoff_level=d["backoff_level"],
+        consecutive_breaches=d["consecutive_breaches"],
         probes_in_flight=d["probes_in_flight"],
+        probe_successes=d["probe_successes"],
         next_probe_in=d["next_probe_in"],
         open_for=d["open_for"],
         window=WindowStats(latency=None if lat is None else LatencyQuantiles(*lat), **w),
         totals=Totals(**d["totals"]),
         rejections=Rejections(**d["rejections"]),
+        shadow_rejections=d["shadow_rejections"],
         events_lost=d["events_lost"],
         listener_panics=d["listener_panics"],
         uptime=d["uptime"],
