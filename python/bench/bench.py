@@ -166,32 +166,32 @@ def sync_cases(scenario: str, check: bool) -> List[Case]:
     import pybreaker
     import tailguard
 
-    cases = [Case(scenario, "baseline", "bare call: noop()", "noop()", {"noop": noop})]
+    cases = [Case(scenario, "baseline", "bare call: `noop()`", "noop()", {"noop": noop})]
 
     pb = pybreaker.CircuitBreaker()
-    cases.append(Case(scenario, "pybreaker", "@breaker", "g()", {"g": pb(noop)}))
+    cases.append(Case(scenario, "pybreaker", "`@breaker`", "g()", {"g": pb(noop)}))
     pb2 = pybreaker.CircuitBreaker()
-    cases.append(Case(scenario, "pybreaker", "breaker.call(noop)", "call(noop)", {"call": pb2.call, "noop": noop}))
+    cases.append(Case(scenario, "pybreaker", "`breaker.call(noop)`", "call(noop)", {"call": pb2.call, "noop": noop}))
 
-    cases.append(Case(scenario, "circuitbreaker", "@circuit", "g()", {"g": circuitbreaker.circuit(noop)}))
+    cases.append(Case(scenario, "circuitbreaker", "`@circuit`", "g()", {"g": circuitbreaker.circuit(noop)}))
 
     if not check:
         import aiobreaker
 
         ab = aiobreaker.CircuitBreaker()
-        cases.append(Case(scenario, "aiobreaker", "@breaker", "g()", {"g": ab(noop)}))
+        cases.append(Case(scenario, "aiobreaker", "`@breaker`", "g()", {"g": ab(noop)}))
 
     tg = tailguard.Breaker()
-    cases.append(Case(scenario, "tailguard", "@breaker", "g()", {"g": tg(noop)}, primary=True))
+    cases.append(Case(scenario, "tailguard", "`@breaker`", "g()", {"g": tg(noop)}, primary=True))
     if not check:
         tg2 = tailguard.Breaker()
         cases.append(
-            Case(scenario, "tailguard", "with breaker.allow():", "with allow():\n    noop()",
+            Case(scenario, "tailguard", "`with breaker.allow():`", "with allow():\n    noop()",
                  {"allow": tg2.allow, "noop": noop})
         )
         em = tailguard.Emitter(tailguard.Breaker())
         cases.append(
-            Case(scenario, "tailguard", "Emitter.emit_blocking", "emit(None, noop1)",
+            Case(scenario, "tailguard", "`Emitter.emit_blocking`", "emit(None, noop1)",
                  {"emit": em.emit_blocking, "noop1": noop1})
         )
     return cases
@@ -204,23 +204,23 @@ def async_cases() -> List[Case]:
 
     s = "async"
     cases = [
-        Case(s, "baseline", "bare call: await anoop()", "await anoop()", {"anoop": anoop}, is_async=True),
-        Case(s, "baseline", "bare call under asyncio.timeout(1)",
+        Case(s, "baseline", "bare call: `await anoop()`", "await anoop()", {"anoop": anoop}, is_async=True),
+        Case(s, "baseline", "bare call under `asyncio.timeout(1)`",
              "async with timeout(1.0):\n    await anoop()", {"anoop": anoop, "timeout": asyncio.timeout},
              is_async=True),
     ]
     pb_row = pybreaker_async_case()
     if pb_row is not None:
         cases.append(pb_row)
-    cases.append(Case(s, "circuitbreaker", "@circuit on a coroutine", "await g()",
+    cases.append(Case(s, "circuitbreaker", "`@circuit` on a coroutine", "await g()",
                       {"g": circuitbreaker.circuit(anoop)}, is_async=True))
     ab = aiobreaker.CircuitBreaker()
-    cases.append(Case(s, "aiobreaker", "@breaker on a coroutine", "await g()", {"g": ab(anoop)}, is_async=True))
+    cases.append(Case(s, "aiobreaker", "`@breaker` on a coroutine", "await g()", {"g": ab(anoop)}, is_async=True))
     tg = tailguard.Breaker()
-    cases.append(Case(s, "tailguard", "@breaker on a coroutine", "await g()", {"g": tg(anoop)},
+    cases.append(Case(s, "tailguard", "`@breaker` on a coroutine", "await g()", {"g": tg(anoop)},
                       is_async=True, primary=True))
     em = tailguard.Emitter(tailguard.Breaker())
-    cases.append(Case(s, "tailguard", "await Emitter.emit", "await emit(None, anoop1)",
+    cases.append(Case(s, "tailguard", "`await Emitter.emit`", "await emit(None, anoop1)",
                       {"emit": em.emit, "anoop1": anoop1}, is_async=True))
     return cases
 
@@ -239,7 +239,7 @@ def pybreaker_async_case() -> Optional[Case]:
     pb = pybreaker.CircuitBreaker()
     g = pb(anoop)
     if asyncio.iscoroutinefunction(g):
-        return Case("async", "pybreaker", "@breaker on a coroutine", "await g()", {"g": g}, is_async=True)
+        return Case("async", "pybreaker", "`@breaker` on a coroutine", "await g()", {"g": g}, is_async=True)
     try:
         import tornado  # noqa: F401
     except ImportError:
@@ -254,7 +254,7 @@ def pybreaker_async_case() -> Optional[Case]:
         f"pybreaker {v} has no native asyncio support; its row is `call_async` over Tornado's "
         f"`gen.coroutine` (tornado {version('tornado')}), on the asyncio loop."
     )
-    return Case("async", "pybreaker", "call_async (Tornado)", "await call_async(anoop)",
+    return Case("async", "pybreaker", "`call_async` (Tornado)", "await call_async(anoop)",
                 {"call_async": pb.call_async, "anoop": anoop}, is_async=True)
 
 
@@ -442,6 +442,7 @@ def render_text(ts: List[Table], preamble: List[str]) -> str:
     lines = list(preamble)
     for t in ts:
         lines += ["", t.title]
+        t = Table(t.title, t.header, [[c.replace("`", "") for c in r] for r in t.rows], t.align)
         widths = [max(len(r[i]) for r in [t.header] + t.rows) for i in range(len(t.header))]
 
         def line(cells: List[str]) -> str:
@@ -460,8 +461,7 @@ def render_markdown(ts: List[Table], preamble: List[str]) -> str:
         lines.append("| " + " | ".join(t.header) + " |")
         lines.append("|" + "|".join("---:" if a == "r" else "---" for a in t.align) + "|")
         for r in t.rows:
-            cells = [f"`{c}`" if i == 1 and c and not c.startswith("bare") else c for i, c in enumerate(r)]
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append("| " + " | ".join(r) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -476,7 +476,7 @@ def preamble(args: argparse.Namespace, cases: List[Case], elapsed: float) -> Lis
     lines += [""] + PYBREAKER_ASYNC_NOTE if PYBREAKER_ASYNC_NOTE else []
     if any("Emitter.emit" in c.way for c in cases):
         lines += ["", "The emitter rows also pay a bulkhead, the emitter's counters and an outcome value, and the "
-                      "async one an asyncio.timeout per call (its cost alone is the second baseline row); the "
+                      "async one an `asyncio.timeout` per call (its cost alone is the second baseline row); the "
                       "peers do none of this."]
     return lines
 
