@@ -39,10 +39,10 @@ for the same pair, 2 ms samples and 251 rounds 13.2× to 13.5×.
 The guarded function is a true no-op (``def noop(): return None``, or
 ``async def``) in every library, each library used its idiomatic way, all
 with their default settings, every call a success (the breakers stay
-closed). The Emitter rows do more than a breaker (a bulkhead's and the
-emitter's counters, an outcome value, and in asyncio a timeout on every
-call: ``asyncio.timeout`` on the system clock, shown alone as a baseline
-row); the peers have none of it.
+closed). The Emitter rows (default settings: no bulkhead) do more than a
+breaker (the emitter's counters, an outcome value, and in asyncio a
+timeout on every call: ``asyncio.timeout`` on the system clock, shown
+alone as a baseline row); the peers have none of it.
 
 pybreaker (1.4) has no native asyncio support; its Tornado path
 (``call_async``) gets a row only if tornado is importable.
@@ -475,7 +475,7 @@ def preamble(args: argparse.Namespace, cases: List[Case], elapsed: float) -> Lis
     ]
     lines += [""] + PYBREAKER_ASYNC_NOTE if PYBREAKER_ASYNC_NOTE else []
     if any("Emitter.emit" in c.way for c in cases):
-        lines += ["", "The emitter rows also pay a bulkhead, the emitter's counters and an outcome value, and the "
+        lines += ["", "The emitter rows (no bulkhead: the default) also keep the emitter's counters and build an outcome value, and the "
                       "async one an `asyncio.timeout` per call (its cost alone is the second baseline row); the "
                       "peers do none of this."]
     return lines
