@@ -18,6 +18,8 @@ Scenarios:
   the wall time until both are done divided by ``n``: the per-call cost
   each thread sees (with the GIL they take turns, so the bare call is
   about twice its one-thread figure).
+* ``methods``: one thread calls a decorated method of a class on an
+  instance (the attribute access binds the guarded function every call).
 * ``async``: one coroutine on one event loop (the default asyncio loop)
   awaits the guarded no-op coroutine ``n`` times.
 
@@ -72,7 +74,7 @@ PEERS = ("pybreaker", "circuitbreaker", "aiobreaker")
 # The issue's goals: tailguard at least this many times cheaper per call.
 GOALS = {"pybreaker": 10.0, "circuitbreaker": 3.0}
 
-SCENARIOS = ("1 thread", "2 threads", "async")
+SCENARIOS = ("1 thread", "2 threads", "methods", "async")
 
 
 # ----------------------------------------------------------------------
@@ -197,6 +199,41 @@ def sync_cases(scenario: str, check: bool) -> List[Case]:
     return cases
 
 
+def method_cases() -> List[Case]:
+    """The decorators on a method of a class, called on an instance (one
+    thread): the attribute access binds the guarded function each call."""
+    import circuitbreaker
+    import pybreaker
+    import tailguard
+
+    pb_breaker, tg_breaker = pybreaker.CircuitBreaker(), tailguard.Breaker()
+
+    class Client:
+        def plain(self):
+            return None
+
+        @pb_breaker
+        def pyb(self):
+            return None
+
+        @circuitbreaker.circuit
+        def cb(self):
+            return None
+
+        @tg_breaker
+        def tg(self):
+            return None
+
+    c = Client()
+    s = "methods"
+    return [
+        Case(s, "baseline", "bare call: `client.plain()`", "c.plain()", {"c": c}),
+        Case(s, "pybreaker", "`@breaker` on a method", "c.pyb()", {"c": c}),
+        Case(s, "circuitbreaker", "`@circuit` on a method", "c.cb()", {"c": c}),
+        Case(s, "tailguard", "`@breaker` on a method", "c.tg()", {"c": c}, primary=True),
+    ]
+
+
 def async_cases() -> List[Case]:
     import aiobreaker
     import circuitbreaker
@@ -279,7 +316,7 @@ class Runner:
             if case.is_async:
                 t0, t1 = self.loop.run_until_complete(case.inner(it, timer))
                 return (t1 - t0) / n
-            if case.scenario == "1 thread":
+            if case.scenario != "2 threads":
                 t0, t1 = case.inner(it, timer)
                 return (t1 - t0) / n
             return self._two_threads(case, n)
@@ -520,7 +557,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         cases = []
         for s in SCENARIOS:
             if s in scen:
-                cases += async_cases() if s == "async" else sync_cases(s, check=False)
+                if s == "async":
+                    cases += async_cases()
+                elif s == "methods":
+                    cases += method_cases()
+                else:
+                    cases += sync_cases(s, check=False)
     measure(cases, args.rounds, args.sample_ms / 1e3, progress=not args.quiet and sys.stderr.isatty())
     ts = tables(cases)
     pre = preamble(args, cases, time.perf_counter() - start)

@@ -21,6 +21,11 @@ call). Sections:
    native permit and on a pure-Python context manager.
 4. ``@breaker`` on a coroutine: the shipped wrapper, a leaner one, and the
    bare extra coroutine layer (no breaker at all), beside circuitbreaker.
+5. ``@breaker`` on a method: ``Guarded.__get__`` imports ``types`` and
+   looks up ``MethodType`` on every attribute access; beside it, the
+   bound call with ``MethodType`` looked up once (what a ``__get__`` that
+   caches it, as the ``py_type!`` lookups do, would come to, less the
+   ``__get__`` call itself).
 """
 
 from __future__ import annotations
@@ -337,6 +342,48 @@ def section_guard_async() -> None:
          versus="tailguard @breaker (shipped)")
 
 
+# ----------------------------------------------------------------------
+# 5. @breaker on a method
+
+
+def section_method() -> None:
+    import types
+
+    import circuitbreaker
+    import pybreaker
+    from tailguard import Breaker
+
+    tg_breaker, pb_breaker = Breaker(), pybreaker.CircuitBreaker()
+
+    class Client:
+        def plain(self):
+            return None
+
+        @tg_breaker
+        def tg(self):
+            return None
+
+        @pb_breaker
+        def pyb(self):
+            return None
+
+        @circuitbreaker.circuit
+        def cb(self):
+            return None
+
+    c = Client()
+    show("5. @breaker on a method (ns)",
+         run({"c.plain()": "c.plain()",
+              "c.tg(): tailguard (shipped)": "c.tg()",
+              "the binding alone: Guarded.__get__(c, Client)": "get(c, Client)",
+              "MethodType(guarded, c)(), MethodType looked up once": "MT(g, c)()",
+              "c.pyb(): pybreaker": "c.pyb()",
+              "c.cb(): circuitbreaker": "c.cb()"},
+             {"c": c, "Client": Client, "get": Client.__dict__["tg"].__get__, "MT": types.MethodType,
+              "g": Client.__dict__["tg"]}),
+         versus="c.tg(): tailguard (shipped)")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
         child(sys.argv[2])
@@ -346,6 +393,7 @@ def main() -> None:
     section_emit()
     section_with()
     section_guard_async()
+    section_method()
 
 
 if __name__ == "__main__":
