@@ -145,6 +145,32 @@ class Case:
     samples: List[float] = field(default_factory=list)  # ns per call, one a round
 
 
+# Breakers and emitters whose state is checked after the run: every call
+# a success, none rejected, none diverted (else a row measured something
+# else than a guarded call).
+WATCH: List[Tuple[str, Callable[[], bool]]] = []
+
+
+def watch_breaker(label: str, b: Any) -> Any:
+    WATCH.append((label, lambda: str(b.state) == "closed" and b.snapshot().totals.errors == 0
+                  and b.snapshot().rejections.open == 0))
+    return b
+
+
+def watch_emitter(label: str, em: Any) -> Any:
+    def ok() -> bool:
+        st = em.stats()
+        return st.delivered > 0 and st.diverted == 0 and st.handed_back == 0 and len(em) == 0
+
+    WATCH.append((label, ok))
+    return em
+
+
+def watch_pybreaker(label: str, b: Any) -> Any:
+    WATCH.append((label, lambda: b.current_state == "closed" and b.fail_counter == 0))
+    return b
+
+
 def compile_loop(stmt: str, names: Dict[str, Any], is_async: bool) -> Callable:
     """A timeit-style loop of ``stmt``, its names bound as locals."""
     params = "".join(f", {k}=_ns[{k!r}]" for k in names)
@@ -170,9 +196,9 @@ def sync_cases(scenario: str, check: bool) -> List[Case]:
 
     cases = [Case(scenario, "baseline", "bare call: `noop()`", "noop()", {"noop": noop})]
 
-    pb = pybreaker.CircuitBreaker()
+    pb = watch_pybreaker(f"{scenario} pybreaker", pybreaker.CircuitBreaker())
     cases.append(Case(scenario, "pybreaker", "`@breaker`", "g()", {"g": pb(noop)}))
-    pb2 = pybreaker.CircuitBreaker()
+    pb2 = watch_pybreaker(f"{scenario} pybreaker.call", pybreaker.CircuitBreaker())
     cases.append(Case(scenario, "pybreaker", "`breaker.call(noop)`", "call(noop)", {"call": pb2.call, "noop": noop}))
 
     cases.append(Case(scenario, "circuitbreaker", "`@circuit`", "g()", {"g": circuitbreaker.circuit(noop)}))
@@ -183,15 +209,15 @@ def sync_cases(scenario: str, check: bool) -> List[Case]:
         ab = aiobreaker.CircuitBreaker()
         cases.append(Case(scenario, "aiobreaker", "`@breaker`", "g()", {"g": ab(noop)}))
 
-    tg = tailguard.Breaker()
+    tg = watch_breaker(f"{scenario} tailguard @breaker", tailguard.Breaker())
     cases.append(Case(scenario, "tailguard", "`@breaker`", "g()", {"g": tg(noop)}, primary=True))
     if not check:
-        tg2 = tailguard.Breaker()
+        tg2 = watch_breaker(f"{scenario} tailguard allow()", tailguard.Breaker())
         cases.append(
             Case(scenario, "tailguard", "`with breaker.allow():`", "with allow():\n    noop()",
                  {"allow": tg2.allow, "noop": noop})
         )
-        em = tailguard.Emitter(tailguard.Breaker())
+        em = watch_emitter(f"{scenario} tailguard emit_blocking", tailguard.Emitter(tailguard.Breaker()))
         cases.append(
             Case(scenario, "tailguard", "`Emitter.emit_blocking`", "emit(None, noop1)",
                  {"emit": em.emit_blocking, "noop1": noop1})
@@ -206,7 +232,8 @@ def method_cases() -> List[Case]:
     import pybreaker
     import tailguard
 
-    pb_breaker, tg_breaker = pybreaker.CircuitBreaker(), tailguard.Breaker()
+    pb_breaker = watch_pybreaker("methods pybreaker", pybreaker.CircuitBreaker())
+    tg_breaker = watch_breaker("methods tailguard", tailguard.Breaker())
 
     class Client:
         def plain(self):
@@ -253,10 +280,10 @@ def async_cases() -> List[Case]:
                       {"g": circuitbreaker.circuit(anoop)}, is_async=True))
     ab = aiobreaker.CircuitBreaker()
     cases.append(Case(s, "aiobreaker", "`@breaker` on a coroutine", "await g()", {"g": ab(anoop)}, is_async=True))
-    tg = tailguard.Breaker()
+    tg = watch_breaker("async tailguard @breaker", tailguard.Breaker())
     cases.append(Case(s, "tailguard", "`@breaker` on a coroutine", "await g()", {"g": tg(anoop)},
                       is_async=True, primary=True))
-    em = tailguard.Emitter(tailguard.Breaker())
+    em = watch_emitter("async tailguard emit", tailguard.Emitter(tailguard.Breaker()))
     cases.append(Case(s, "tailguard", "`await Emitter.emit`", "await emit(None, anoop1)",
                       {"emit": em.emit, "anoop1": anoop1}, is_async=True))
     return cases
@@ -564,6 +591,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                 else:
                     cases += sync_cases(s, check=False)
     measure(cases, args.rounds, args.sample_ms / 1e3, progress=not args.quiet and sys.stderr.isatty())
+    broken = [label for label, ok in WATCH if not ok()]
+    if broken:
+        print(f"bench: these did not stay closed with every call a success: {', '.join(broken)}", file=sys.stderr)
+        return 2
     ts = tables(cases)
     pre = preamble(args, cases, time.perf_counter() - start)
     sys.stdout.write(render_text(ts, pre))
