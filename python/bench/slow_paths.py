@@ -116,7 +116,7 @@ def child(kind: str) -> None:
 
     em = Emitter(Breaker())
     assert type(em.emit_blocking(None, lambda t: None)).__qualname__.endswith("Delivered")
-    res = run({"e": "emit(None, noop1)"}, {"emit": em.emit_blocking, "noop1": lambda t: None}, rounds=31)["e"]
+    res = run({"e": "emit(None, noop1)"}, {"emit": em.emit_blocking, "noop1": lambda t: None}, rounds=101)["e"]
     print(statistics.median(res), min(res))
 
 
@@ -135,15 +135,17 @@ def section_emit_blocking() -> None:
     out: Dict[str, List[float]] = {"emit_blocking, Delivered a frozen dataclass (shipped)": [],
                                    "emit_blocking, Delivered a __slots__ class": []}
     mins: Dict[str, List[float]] = {k: [] for k in out}
-    for _ in range(6):
+    for _ in range(10):
         for k, kind in zip(out, ("frozen", "slots")):
             p = subprocess.run([sys.executable, __file__, "--child", kind], capture_output=True, text=True, check=True)
             med, mn = map(float, p.stdout.split())
             out[k].append(med)
             mins[k].append(mn)
-    print("   emit_blocking in alternating child processes (6 each; median of their medians, min of their mins):")
+    print("   emit_blocking in alternating child processes (10 each; median of their medians, min of their mins):")
     for k in out:
         print(f"  {k}  median {statistics.median(out[k]):7,.0f}  min {min(mins[k]):7,.0f}")
+    a, b = out.values()
+    print(f"   shipped ÷ __slots__, median over the alternations: {statistics.median(x / y for x, y in zip(a, b)):.2f}×")
 
 
 # ----------------------------------------------------------------------
