@@ -675,7 +675,11 @@ impl PyGuarded {
         if obj.is_none() {
             return Ok(slf.into_any());
         }
-        Ok(py.import("types")?.getattr("MethodType")?.call1((slf, obj))?.unbind())
+        static METHOD_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        Ok(METHOD_TYPE
+            .import(py, "types", "MethodType")?
+            .call1((slf, obj))?
+            .unbind())
     }
 }
 

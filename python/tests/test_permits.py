@@ -167,11 +167,6 @@ def test_decorator_records_returns_and_raises(clock):
     assert totals(b, clock) == (3, 1, 0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sync @breaker wrapper (PyGuarded) reports its own class docstring as __doc__: the "
-    "#[getter] __doc__ in python/src/lib.rs is shadowed by the pyclass doc",
-)
 def test_decorator_keeps_the_functions_docstring():
     b = Breaker()
 
@@ -227,12 +222,6 @@ def test_decorator_on_a_method(clock):
     assert totals(b, clock) == (2, 0, 0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sync @breaker (PyGuarded.__call__ in python/src/lib.rs) records any raised "
-    "BaseException as a failure, while the async @breaker (_guard.py) and Emitter.emit_blocking give "
-    "the permit back with no verdict on KeyboardInterrupt/SystemExit ('interrupted: no verdict')",
-)
 def test_sync_decorator_interrupted_is_no_verdict_like_the_async_one(clock):
     b = Breaker(clock=clock, error_rate=1.0)
 

@@ -129,12 +129,6 @@ def test_registry_returns_the_same_breaker_by_name(clock):
     assert len(r) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Registry.breaker(name) for an existing consumer returns a Breaker with clock=None even "
-    "when it was built on a ManualClock (python/src/lib.rs PyRegistry::breaker: `clock: None`), so an "
-    "Emitter built on it times its calls on the system clock instead of the manual one",
-)
 def test_registry_lookup_keeps_the_manual_clock(clock):
     r = Registry()
     r.breaker("pricing", clock=clock)
