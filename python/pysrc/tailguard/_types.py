@@ -12,6 +12,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ._native import Delivered
+
 __all__ = [
     "State",
     "Mode",
@@ -181,14 +183,6 @@ class Divert:
     def called(self) -> bool:
         """Whether the consumer was called (it timed out or failed)."""
         return self.kind in ("timed_out", "failed")
-
-
-@dataclass(frozen=True)
-class Delivered:
-    """The call succeeded: ``value`` is what it returned."""
-
-    value: Any
-    delivered = True
 
 
 @dataclass(frozen=True)
