@@ -769,11 +769,8 @@ impl PyDelivered {
         }
     }
     fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-        Ok(PyTuple::new(
-            py,
-            ["Delivered".into_pyobject(py)?.into_any(), self.value.bind(py).clone()],
-        )?
-        .hash()?)
+        let key = ["Delivered".into_pyobject(py)?.into_any(), self.value.bind(py).clone()];
+        PyTuple::new(py, key)?.hash()
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!("Delivered(value={})", self.value.bind(py).repr()?))
