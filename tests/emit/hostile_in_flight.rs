@@ -100,17 +100,14 @@ fn a_probe_held_across_a_thousand_transitions_is_stale_when_finished() {
     let e = with_bulkhead(&b, 8);
     b.trip_now();
     clock.advance(Duration::from_secs(2));
-    let old = e.begin::<(), ()>(1, Priority::Routine).ok().expect("the probe");
+    let old = e.begin::<(), ()>(1, Priority::Routine).expect("the probe");
     assert!(old.is_probe());
     for _ in 0..1_000 {
         b.reset();
         b.trip_now();
     }
     clock.advance(Duration::from_secs(60));
-    let new = e
-        .begin::<(), ()>(2, Priority::Routine)
-        .ok()
-        .expect("this round's probe");
+    let new = e.begin::<(), ()>(2, Priority::Routine).expect("this round's probe");
     assert!(new.is_probe());
     assert_eq!(b.snapshot().probes_in_flight, 1);
     assert!(matches!(old.finish::<(), ()>(Ok(())), Emitted::Delivered(())));
