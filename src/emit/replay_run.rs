@@ -73,6 +73,11 @@ impl<T> Drop for Turn<T> {
 /// cancelled call); dropped while the thread panics, the call counts as
 /// failed and uses an attempt (the trigger is kept at the head all the
 /// same), as a panicking call of [`replay_blocking`](Emitter::replay_blocking).
+/// Dropped after a [`shutdown`](Emitter::shutdown), it is kept at the head
+/// all the same (nothing else could take it; `stats().pending` says so),
+/// where [`drain`](Emitter::drain) takes it;
+/// [`shutdown_async`](Emitter::shutdown_async) waits for the run and its
+/// calls instead.
 #[must_use = "settle a replayed call with its run (delivered, failed, timed_out), or it is cancelled"]
 pub struct ReplayCall<T> {
     turn: Arc<Turn<T>>,
@@ -163,19 +168,19 @@ impl<T, E> ReplayRun<T, E> {
         }
     }
 
-    /// Takes a call of this run apart for its verdict: the end is read,
-    /// and the slot given back.
-    fn end(&self, mut call: ReplayCall<T>) -> (OwnedPermit, Pending<T>, u64) {
-        assert!(
-            self.turn.as_ref().is_some_and(|t| Arc::ptr_eq(t, &call.turn)),
-            "a ReplayCall is settled by the run that gave it"
-        );
-        let clock = self.emitter.inner.breaker.clock();
-        let elapsed_ns = clock.delta_nanos(call.start, clock.raw());
-        call.slot = None;
-        let permit = call.permit.take().expect("unsettled");
-        let item = call.item.take().expect("unsettled");
-        (permit, item, elapsed_ns)
+    /// Whether `call` is one of this run's.
+    fn owns(&self, call: &ReplayCall<T>) -> bool {
+        self.turn.as_ref().is_some_and(|t| Arc::ptr_eq(t, &call.turn))
+    }
+
+    /// A call of another run, settled with this one: a misuse. The call
+    /// is cancelled first (kept at the head of its own emitter, no
+    /// verdict, no attempt used), so that the panic charges its consumer
+    /// nothing and loses nothing.
+    #[cold]
+    fn not_ours(call: ReplayCall<T>) -> ! {
+        drop(call);
+        panic!("a ReplayCall is settled by the run that gave it");
     }
 
     /// The call succeeded: the trigger is delivered (counted in
@@ -184,13 +189,12 @@ impl<T, E> ReplayRun<T, E> {
     ///
     /// # Panics
     ///
-    /// If `call` came from another run.
+    /// If `call` came from another run: it is delivered all the same (its
+    /// consumer has it), on its own emitter, then the panic.
     pub fn delivered(&mut self, call: ReplayCall<T>) {
-        let (permit, item, elapsed_ns) = self.end(call);
-        let inner: &Inner<T> = &self.emitter.inner;
-        inner.record_call(permit, true, elapsed_ns);
-        drop(item);
-        inner.metrics_count(Count::Replayed);
+        let ours = self.owns(&call);
+        call.deliver();
+        assert!(ours, "a ReplayCall is settled by the run that gave it");
         self.out.delivered += 1;
     }
 
@@ -201,9 +205,13 @@ impl<T, E> ReplayRun<T, E> {
     ///
     /// # Panics
     ///
-    /// If `call` came from another run.
+    /// If `call` came from another run (it is cancelled first: kept at
+    /// the head of its emitter, no verdict, no attempt used).
     pub fn failed(&mut self, call: ReplayCall<T>, error: E) {
-        let (permit, item, elapsed_ns) = self.end(call);
+        if !self.owns(&call) {
+            Self::not_ours(call);
+        }
+        let (permit, item, elapsed_ns) = call.end();
         let inner: &Inner<T> = &self.emitter.inner;
         let reason = if inner.record_call(permit, false, elapsed_ns) {
             Divert::TimedOut(Duration::from_nanos(elapsed_ns))
@@ -218,9 +226,13 @@ impl<T, E> ReplayRun<T, E> {
     ///
     /// # Panics
     ///
-    /// If `call` came from another run.
+    /// If `call` came from another run (it is cancelled first, as by
+    /// [`failed`](Self::failed)).
     pub fn timed_out(&mut self, call: ReplayCall<T>) {
-        let (permit, item, elapsed_ns) = self.end(call);
+        if !self.owns(&call) {
+            Self::not_ours(call);
+        }
+        let (permit, item, elapsed_ns) = call.end();
         permit.record_timeout_ns(elapsed_ns);
         let reason = Divert::TimedOut(Duration::from_nanos(elapsed_ns));
         not_delivered(&*self.emitter.inner, item, reason, &mut self.out);
@@ -234,6 +246,28 @@ impl<T, E> ReplayRun<T, E> {
 }
 
 impl<T> ReplayCall<T> {
+    /// Takes the call apart for its verdict: the end is read on its
+    /// emitter's clock, and the slot given back.
+    fn end(mut self) -> (OwnedPermit, Pending<T>, u64) {
+        let clock = self.turn.0.inner.breaker.clock();
+        let elapsed_ns = clock.delta_nanos(self.start, clock.raw());
+        self.slot = None;
+        let permit = self.permit.take().expect("unsettled");
+        let item = self.item.take().expect("unsettled");
+        (permit, item, elapsed_ns)
+    }
+
+    /// Delivered, on its own emitter: the breaker's verdict, and counted
+    /// in `replayed`.
+    fn deliver(self) {
+        let turn = Arc::clone(&self.turn);
+        let inner: &Inner<T> = &turn.0.inner;
+        let (permit, item, elapsed_ns) = self.end();
+        inner.record_call(permit, true, elapsed_ns);
+        drop(item);
+        inner.metrics_count(Count::Replayed);
+    }
+
     /// The trigger, to call the consumer with.
     ///
     /// ```
