@@ -1,18 +1,20 @@
 //! The native half of the `tailguard` Python package: the breaker, its
 //! permits and decorator, the manual clock, the emitter's admission and
 //! accounting (its calls are awaited in Python: `pysrc/tailguard/_emitter.py`),
-//! and the registry's Prometheus text. Everything a call pays for
-//! (`allow`, a verdict, a guarded call, an emit's begin and end) runs here
-//! under the GIL without releasing it; only the cold operations that may
-//! wait for the ticker thread (overrides, `tick`, building a breaker)
-//! release it, so that a listener (called on the ticker thread, with the
-//! GIL) never waits on a thread that holds the GIL while it waits for the
-//! ticker.
+//! and the registry's Prometheus text. Everything here runs under the GIL
+//! without releasing it: nothing in the crate waits for the ticker thread
+//! (delivery to listeners, window closes and registration never block on
+//! it), so a listener on the ticker thread (which takes the GIL to call
+//! Python) never waits on a thread that waits for it; and a thread that
+//! never re-takes the GIL inside Rust cannot be ended by the interpreter's
+//! exit in the middle of Rust code (CPython before 3.14 ends such threads
+//! with `pthread_exit`, whose unwind aborts the process in Rust frames).
 
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
@@ -160,15 +162,43 @@ impl PyManualClock {
         }
     }
     fn advance(&self, seconds: f64) -> PyResult<()> {
-        self.clock.advance(duration("seconds", seconds)?);
+        let by = duration("seconds", seconds)?;
+        let now = self.clock.now();
+        let past_range = match now.checked_add(by) {
+            Some(t) => t.as_nanos() > u128::from(u64::MAX),
+            None => true,
+        };
+        if past_range {
+            return Err(PyValueError::new_err(format!(
+                "advance({seconds}): the clock would pass its range (2^64 ns, about 584 years)"
+            )));
+        }
+        self.clock.advance(by);
         Ok(())
+    }
+    /// Now, in whole nanoseconds (the clock's own unit).
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.clock.now().as_nanos()).unwrap_or(u64::MAX)
+    }
+    /// `seconds` in whole nanoseconds, as `advance` counts them.
+    #[staticmethod]
+    fn to_ns(seconds: f64) -> PyResult<u64> {
+        let d = duration("seconds", seconds)?;
+        u64::try_from(d.as_nanos())
+            .map_err(|_| PyValueError::new_err(format!("{seconds} s is out of the clock's range")))
     }
     fn rewind(&self, seconds: f64) -> PyResult<()> {
         self.clock.rewind(duration("seconds", seconds)?);
         Ok(())
     }
     fn set(&self, seconds: f64) -> PyResult<()> {
-        self.clock.set(duration("seconds", seconds)?);
+        let at = duration("seconds", seconds)?;
+        if at.as_nanos() > u128::from(u64::MAX) {
+            return Err(PyValueError::new_err(format!(
+                "set({seconds}): past the clock's range (2^64 ns, about 584 years)"
+            )));
+        }
+        self.clock.set(at);
         Ok(())
     }
     fn now(&self) -> f64 {
@@ -236,7 +266,10 @@ fn builder_from(py: Python<'_>, kw: Option<&Bound<'_, PyDict>>) -> PyResult<Brea
                         .map_err(|_| PyTypeError::new_err("flapping: expected (cycles, within_seconds)"))?;
                     b.flapping(small(&n)?, d(&within)?)
                 }
-                "name" => b.name(&v.extract::<String>()?),
+                "name" => b.name(
+                    &v.extract::<String>()
+                        .map_err(|_| PyTypeError::new_err(format!("name: expected a str, got {v}")))?,
+                ),
                 "ticker" => {
                     ticker = Some(v.extract()?);
                     b
@@ -289,6 +322,53 @@ fn builder_from(py: Python<'_>, kw: Option<&Bound<'_, PyDict>>) -> PyResult<Brea
     Ok(b.ticker(on_ticker))
 }
 
+/// Listener calls in progress, and whether the interpreter is exiting
+/// (then no listener is called any more): `_stop_listeners`, registered
+/// with `atexit`, sets the flag and waits for the calls in progress, so
+/// that no thread of ours is inside Python when the interpreter ends the
+/// threads that re-take the GIL.
+static LISTENER_CALLS: AtomicUsize = AtomicUsize::new(0);
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+struct ListenerCall;
+
+impl ListenerCall {
+    fn enter() -> Option<ListenerCall> {
+        LISTENER_CALLS.fetch_add(1, Ordering::SeqCst);
+        if EXITING.load(Ordering::SeqCst) {
+            LISTENER_CALLS.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(ListenerCall)
+    }
+}
+
+impl Drop for ListenerCall {
+    fn drop(&mut self) {
+        LISTENER_CALLS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Stops calling listeners and waits (up to `timeout` seconds, the GIL
+/// released) for the calls in progress: run at interpreter exit. Returns
+/// whether none was left running.
+#[pyfunction]
+#[pyo3(signature = (timeout = 2.0))]
+fn _stop_listeners(py: Python<'_>, timeout: f64) -> PyResult<bool> {
+    let timeout = duration("timeout", timeout)?;
+    EXITING.store(true, Ordering::SeqCst);
+    let start = std::time::Instant::now();
+    Ok(py.detach(|| loop {
+        if LISTENER_CALLS.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }))
+}
+
 /// The `clock=` setting, if one was given.
 fn clock_of(settings: Option<&Bound<'_, PyDict>>) -> Option<Py<PyAny>> {
     let c = settings?.get_item("clock").ok()??;
@@ -303,6 +383,9 @@ fn clock_of(settings: Option<&Bound<'_, PyDict>>) -> Option<Py<PyAny>> {
 /// go on.
 fn listener(callable: Py<PyAny>) -> impl Fn(&tailguard::Transition) + Send + Sync + 'static {
     move |t| {
+        let Some(_running) = ListenerCall::enter() else {
+            return; // the interpreter is exiting: no Python is called any more
+        };
         let raised = Python::try_attach(|py| {
             let call = || -> PyResult<()> {
                 let tr = py_fn(py, "_transition")?.call1((
@@ -385,9 +468,7 @@ impl PyBreaker {
     #[pyo3(signature = (**settings))]
     fn new(py: Python<'_>, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let builder = builder_from(py, settings)?;
-        let breaker = py
-            .detach(|| builder.build())
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let breaker = builder.build().map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Self {
             breaker,
             clock: clock_of(settings),
@@ -416,6 +497,7 @@ impl PyBreaker {
         mode_type(py)?.call1((snake(self.breaker.mode()),))
     }
 
+    /// The consumer's name (`None` if it was given none).
     #[getter]
     fn name(&self) -> Option<String> {
         self.breaker.name().map(str::to_owned)
@@ -426,6 +508,10 @@ impl PyBreaker {
         secs(self.breaker.next_due())
     }
 
+    /// The breaker's state and counters now, as a `Snapshot` (plain
+    /// values). Window counts are those of the last closed window; totals
+    /// count every call judged so far (a call is judged when its window
+    /// closes).
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let s = self.breaker.snapshot();
         let d = PyDict::new(py);
@@ -478,26 +564,36 @@ impl PyBreaker {
     /// Closes the window if it is due, and delivers waiting transitions to
     /// the listeners (what the ticker thread does; by hand on a manual
     /// clock).
-    fn tick(&self, py: Python<'_>) {
-        py.detach(|| self.breaker.tick());
+    fn tick(&self) {
+        self.breaker.tick();
     }
-    fn trip_now(&self, py: Python<'_>) {
-        py.detach(|| self.breaker.trip_now());
+    /// Trips a CLOSED breaker now (as if it had breached): OPEN, with its
+    /// backoff. Listeners get the transition before this returns.
+    fn trip_now(&self) {
+        self.breaker.trip_now();
     }
-    fn force_open(&self, py: Python<'_>) {
-        py.detach(|| self.breaker.force_open());
+    /// Rejects every call until `reset()` (mode `forced_open`).
+    fn force_open(&self) {
+        self.breaker.force_open();
     }
-    fn force_closed(&self, py: Python<'_>) {
-        py.detach(|| self.breaker.force_closed());
+    /// Lets every call through and never trips, still measuring, until
+    /// `reset()` (mode `forced_closed`).
+    fn force_closed(&self) {
+        self.breaker.force_closed();
     }
-    fn disable(&self, py: Python<'_>) {
-        py.detach(|| self.breaker.disable());
+    /// Lets every call through and measures nothing, until `reset()`
+    /// (mode `disabled`).
+    fn disable(&self) {
+        self.breaker.disable();
     }
-    fn metrics_only(&self, py: Python<'_>) {
-        py.detach(|| self.breaker.metrics_only());
+    /// Lets every call through, measures, and counts what it would have
+    /// rejected (`Snapshot.shadow_rejections`), until `reset()`.
+    fn metrics_only(&self) {
+        self.breaker.metrics_only();
     }
-    fn reset(&self, py: Python<'_>) {
-        py.detach(|| self.breaker.reset());
+    /// Back to CLOSED, mode `normal`, backoff cleared.
+    fn reset(&self) {
+        self.breaker.reset();
     }
 
     /// `@breaker` on a function: each call takes a permit (or raises
@@ -511,11 +607,15 @@ impl PyBreaker {
                 "@breaker decorates a function (got a non-callable)",
             ));
         }
-        let is_async: bool = py
-            .import("inspect")?
-            .getattr("iscoroutinefunction")?
-            .call1((&func,))?
-            .extract()?;
+        let inspect = py.import("inspect")?;
+        let is = |what: &str| -> PyResult<bool> { inspect.getattr(what)?.call1((&func,))?.extract() };
+        if is("isgeneratorfunction")? || is("isasyncgenfunction")? {
+            return Err(PyTypeError::new_err(
+                "@breaker cannot guard a generator function: its body runs after the call returns, \
+                 out of the breaker's sight (guard the function that consumes it, or take a permit by hand)",
+            ));
+        }
+        let is_async = is("iscoroutinefunction")?;
         if is_async {
             return py
                 .import("tailguard._guard")?
@@ -587,10 +687,12 @@ impl PyPermit {
         self.take(py)?.abandon();
         Ok(())
     }
+    /// Whether this permit is a HALF_OPEN probe.
     #[getter]
     fn is_probe(&self) -> bool {
         self.permit.as_ref().is_some_and(|p| p.is_probe())
     }
+    /// Whether its verdict is in (or it was abandoned).
     #[getter]
     fn recorded(&self) -> bool {
         self.permit.is_none()
@@ -598,12 +700,20 @@ impl PyPermit {
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
-    /// Ends the `with` block: a success if it raised nothing, else a
-    /// failure (the exception goes on). A verdict recorded inside the
-    /// block stands.
-    fn __exit__(&mut self, exc_type: &Bound<'_, PyAny>, _exc: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> bool {
+    /// Ends the `with` block: a success if it raised nothing, a failure if
+    /// it raised an `Exception`, no verdict if it was interrupted (a
+    /// `BaseException` that is not an `Exception`: `CancelledError`,
+    /// `KeyboardInterrupt`, ...). The exception goes on. A verdict
+    /// recorded inside the block stands.
+    fn __exit__(&mut self, exc_type: &Bound<'_, PyAny>, exc: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) -> bool {
         if let Some(p) = self.permit.take() {
-            p.record(exc_type.is_none());
+            if exc_type.is_none() {
+                p.record(true);
+            } else if exc.is_instance_of::<PyException>() {
+                p.record(false);
+            } else {
+                p.abandon();
+            }
         }
         false
     }
@@ -651,6 +761,10 @@ impl PyGuarded {
                 Err(e)
             }
         }
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let name = self.breaker.name().map(|n| format!(" by {n:?}")).unwrap_or_default();
+        Ok(format!("<guarded{name} {}>", self.func.bind(py).repr()?))
     }
     #[getter]
     fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
@@ -749,6 +863,7 @@ impl PyDelivered {
     fn new(value: Py<PyAny>) -> Self {
         Self { value }
     }
+    /// What the call returned.
     #[getter]
     fn value(&self, py: Python<'_>) -> Py<PyAny> {
         self.value.clone_ref(py)
@@ -953,6 +1068,13 @@ impl PyInFlight {
             None => Err(PyRuntimeError::new_err("this emit has already ended")),
         }
     }
+    /// Nanoseconds left of the call's budget.
+    fn remaining_ns(&self) -> PyResult<u64> {
+        match &self.call {
+            Some(c) => Ok(u64::try_from(c.deadline().remaining().as_nanos()).unwrap_or(u64::MAX)),
+            None => Err(PyRuntimeError::new_err("this emit has already ended")),
+        }
+    }
     #[getter]
     fn is_probe(&self) -> bool {
         self.call.as_ref().is_some_and(|c| c.is_probe())
@@ -1044,6 +1166,10 @@ impl PyReplayCall {
     fn remaining(&self) -> PyResult<f64> {
         Ok(secs(self.call.as_ref().ok_or_else(ended)?.deadline().remaining()))
     }
+    fn remaining_ns(&self) -> PyResult<u64> {
+        let left = self.call.as_ref().ok_or_else(ended)?.deadline().remaining();
+        Ok(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
+    }
     /// Cancelled: kept at the head, no attempt used; slots back.
     fn cancel(&mut self) {
         self.call = None;
@@ -1064,9 +1190,9 @@ impl PyReplayCall {
 #[pyclass(module = "tailguard._native", name = "Registry", frozen)]
 struct PyRegistry {
     registry: tailguard::Registry,
-    /// The `ManualClock` each consumer's breaker was built on, if any (a
-    /// lookup's `Breaker.clock`).
-    clocks: std::sync::Mutex<std::collections::HashMap<String, Py<PyAny>>>,
+    /// Each consumer's `Breaker` object (a lookup returns the same one,
+    /// with the `ManualClock` it was built on).
+    breakers: std::sync::Mutex<std::collections::HashMap<String, Py<PyBreaker>>>,
 }
 
 #[pymethods]
@@ -1075,40 +1201,45 @@ impl PyRegistry {
     fn new() -> Self {
         Self {
             registry: tailguard::Registry::new(),
-            clocks: Default::default(),
+            breakers: Default::default(),
         }
     }
 
-    /// The breaker of consumer `name`, built with `settings` the first time
-    /// (later calls return the same breaker and ignore them).
+    /// The breaker of consumer `name`, built with `settings` the first
+    /// time; later calls return the same `Breaker` and ignore the other
+    /// settings, but refuse `on_transition` (a listener that would never be
+    /// called): a `ValueError`.
     #[pyo3(signature = (name, **settings))]
-    fn breaker(&self, py: Python<'_>, name: &str, settings: Option<&Bound<'_, PyDict>>) -> PyResult<PyBreaker> {
-        let clock_of_name = |py: Python<'_>| {
-            let clocks = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
-            clocks.get(name).map(|c| c.clone_ref(py))
+    fn breaker(&self, py: Python<'_>, name: &str, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyBreaker>> {
+        let existing = {
+            let known = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+            known.get(name).map(|b| b.clone_ref(py))
         };
-        if let Some(existing) = self.registry.get(name) {
-            return Ok(PyBreaker {
-                breaker: existing,
-                clock: clock_of_name(py),
-            });
+        if let Some(b) = existing {
+            if settings.is_some_and(|s| s.contains("on_transition").unwrap_or(false)) {
+                return Err(PyValueError::new_err(format!(
+                    "consumer {name:?} already exists: its listeners were set when it was built \
+                     (on_transition here would never be called)"
+                )));
+            }
+            return Ok(b);
         }
+        // Built with no lock held (reading the settings runs Python code).
         let builder = builder_from(py, settings)?;
         let mut builder = Some(builder);
-        let breaker = py
-            .detach(|| {
-                self.registry
-                    .get_or_create(name, || builder.take().expect("called once"))
-            })
+        let breaker = self
+            .registry
+            .get_or_create(name, || builder.take().expect("called once"))
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        if let Some(c) = clock_of(settings) {
-            let mut clocks = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
-            clocks.entry(name.to_owned()).or_insert(c);
-        }
-        Ok(PyBreaker {
-            breaker,
-            clock: clock_of_name(py),
-        })
+        let fresh = Py::new(
+            py,
+            PyBreaker {
+                breaker,
+                clock: clock_of(settings),
+            },
+        )?;
+        let mut known = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(known.entry(name.to_owned()).or_insert(fresh).clone_ref(py))
     }
 
     /// Exports an emitter's counters and queue with its consumer's breaker.
@@ -1117,11 +1248,33 @@ impl PyRegistry {
         let e = native
             .cast::<PyEmitter>()
             .map_err(|_| PyTypeError::new_err("attach_emitter: expected a tailguard.Emitter"))?;
+        let Some(consumer) = self.registry.get(name) else {
+            return Err(PyValueError::new_err(format!(
+                "no consumer named {name:?} in this registry: build its breaker with registry.breaker({name:?}, ...) \
+                 and the emitter over that breaker"
+            )));
+        };
+        if !consumer.ptr_eq(e.get().emitter.breaker()) {
+            return Err(PyValueError::new_err(format!(
+                "attach_emitter({name:?}): the emitter's breaker is not {name:?}'s (build the emitter over \
+                 registry.breaker({name:?}))"
+            )));
+        }
         self.registry
             .attach_emitter(name, &e.get().emitter)
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
+    /// Removes consumer `name`: its breaker and what is attached to it are
+    /// no longer exported, and the registry no longer keeps them (nor the
+    /// triggers an attached emitter's queue holds) alive. Returns whether
+    /// it was there.
+    fn remove(&self, name: &str) -> bool {
+        self.breakers.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.registry.remove(name).is_some()
+    }
+
+    /// The consumers' names.
     fn names(&self) -> Vec<String> {
         let mut v = Vec::new();
         self.registry.for_each(|n, _| v.push(n.to_owned()));
@@ -1133,13 +1286,15 @@ impl PyRegistry {
     }
 
     /// The Prometheus text exposition of every breaker, emitter and queue.
+    /// `prefix` replaces the series' `breaker_` prefix whole: give it with
+    /// its separator (`prefix="myapp_"` names `myapp_state`).
     #[pyo3(signature = (prefix = None))]
-    fn prometheus_text(&self, py: Python<'_>, prefix: Option<&str>) -> PyResult<String> {
+    fn prometheus_text(&self, prefix: Option<&str>) -> PyResult<String> {
         let mut c = tailguard::prometheus::BreakerCollector::new(self.registry.clone());
         if let Some(p) = prefix {
             c = c.with_prefix(p).map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
-        Ok(py.detach(|| c.encode_text()))
+        Ok(c.encode_text())
     }
 }
 
@@ -1155,5 +1310,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyReplayRun>()?;
     m.add_class::<PyReplayCall>()?;
     m.add_class::<PyRegistry>()?;
+    m.add_function(wrap_pyfunction!(_stop_listeners, m)?)?;
     Ok(())
 }

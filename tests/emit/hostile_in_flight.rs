@@ -252,7 +252,10 @@ fn a_call_dropped_after_shutdown_keeps_its_trigger_where_drain_takes_it() {
     drop(call); // the replay was cancelled: nothing else can take its trigger
     let _ = run.finish();
     let s = e.stats();
-    assert!(s.pending, "kept at the head (the documented end of a call dropped after shutdown): {s:?}");
+    assert!(
+        s.pending,
+        "kept at the head (the documented end of a call dropped after shutdown): {s:?}"
+    );
     let mut drained = Vec::new();
     assert_eq!(e.drain(10, |t, p| drained.push((t, p))), 1);
     assert_eq!(drained, [held]);

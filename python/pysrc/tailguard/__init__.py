@@ -8,7 +8,9 @@ not delivered to a dead-letter queue instead of waiting. See the package
 README for a walk-through, and ``help()`` on each name.
 """
 
-from ._native import Breaker, Permit, Registry
+import atexit as _atexit
+
+from ._native import Breaker, Permit, Registry, _stop_listeners
 from ._clock import ManualClock
 from ._emitter import Emitter
 from ._errors import BreakerOpen, EmitterShutDown, PermitUsed, QueueFull
@@ -22,12 +24,18 @@ from ._types import (
     Mode,
     Priority,
     Rejections,
+    Replayed,
     Snapshot,
     State,
     Totals,
     Transition,
     WindowStats,
 )
+
+# At exit, no listener is called any more, and the calls in progress are
+# waited for (2 s at most): a thread inside Python while the interpreter
+# ends would be ended in the middle of Rust code.
+_atexit.register(_stop_listeners)
 
 __all__ = [
     "Breaker",
@@ -48,6 +56,7 @@ __all__ = [
     "Mode",
     "Priority",
     "Rejections",
+    "Replayed",
     "Snapshot",
     "State",
     "Totals",

@@ -43,7 +43,9 @@ class ManualClock:
         return self._native.now()
 
     def advance(self, seconds: float) -> None:
-        """Moves the clock forward, waking the sleepers whose time has come."""
+        """Moves the clock forward, waking the sleepers whose time has
+        come. ``ValueError`` for a negative, NaN or infinite ``seconds``,
+        or past the clock's range (about 584 years)."""
         self._native.advance(seconds)
         self._wake()
 
@@ -57,27 +59,39 @@ class ManualClock:
         self._wake()
 
     async def sleep(self, seconds: float) -> None:
-        """Waits until the clock has been advanced by ``seconds`` from now."""
-        if seconds <= 0:
+        """Waits until the clock has been advanced by ``seconds`` from now
+        (``ValueError`` for a negative, NaN or infinite ``seconds``)."""
+        ns = self._native.to_ns(seconds)
+        if ns == 0:
             await asyncio.sleep(0)
             return
-        await self._timer(seconds)
+        await self._timer_ns(ns)
 
-    def _timer(self, seconds: float) -> "asyncio.Future[None]":
-        """A future done once the clock has been advanced by ``seconds``
-        from now: the deadline is fixed here, when it is called, not when
-        a task first awaits it."""
+    def _timer_ns(self, ns: int) -> "asyncio.Future[None]":
+        """A future done once the clock has been advanced by ``ns``
+        nanoseconds from now: the deadline is fixed here, when it is
+        called, in the clock's own unit (so ``sleep(x)`` then
+        ``advance(x)`` always wakes it). Cancelled timers are purged once
+        they are most of the heap."""
         fut = asyncio.get_running_loop().create_future()
-        if seconds <= 0:
+        if ns <= 0:
             fut.set_result(None)
             return fut
-        heapq.heappush(self._sleepers, (self.now() + seconds, next(self._seq), fut))
+        heap = self._sleepers
+        heapq.heappush(heap, (self._native.now_ns() + ns, next(self._seq), fut))
+        if len(heap) >= 64 and len(heap) > 2 * self._live():
+            self._sleepers = [e for e in heap if not e[2].done()]
+            heapq.heapify(self._sleepers)
         return fut
 
+    def _live(self) -> int:
+        return sum(1 for e in self._sleepers if not e[2].done())
+
     def _wake(self) -> None:
-        now = self.now()
-        while self._sleepers and self._sleepers[0][0] <= now:
-            _, _, fut = heapq.heappop(self._sleepers)
+        now = self._native.now_ns()
+        heap = self._sleepers
+        while heap and heap[0][0] <= now:
+            _, _, fut = heapq.heappop(heap)
             if not fut.done():
                 fut.get_loop().call_soon_threadsafe(_wake_one, fut)
 

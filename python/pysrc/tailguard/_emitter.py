@@ -55,6 +55,11 @@ class Emitter:
         timeout: float = 1.0,
         replay_attempts: Optional[int] = None,
     ) -> None:
+        """``capacity``: the dead-letter queue's size (1 to 2,097,151);
+        ``bulkhead``: the most calls in flight at once (``None``: no bound);
+        ``timeout``: each call's budget in seconds; ``replay_attempts``:
+        failed replays of one trigger before it is handed back (``None``:
+        3)."""
         self._native = _Emitter(breaker, capacity, bulkhead, timeout, replay_attempts)
         self._breaker = breaker
         self._clock = breaker.clock
@@ -82,7 +87,7 @@ class Emitter:
         if type(begun) is not _InFlight:
             return begun
         try:
-            value, cut = await self._call(call, trigger, begun.remaining())
+            value, cut = await self._call(call, trigger, begun.remaining_ns())
         except _NotAwaitable:
             begun.cancel()  # the caller's mistake: no verdict on the consumer
             raise
@@ -96,8 +101,8 @@ class Emitter:
             return begun.timed_out()
         return begun.delivered(value)
 
-    async def _call(self, call: Callable[[Any], Awaitable[Any]], trigger: Any, budget: float) -> Tuple[Any, bool]:
-        """Awaits ``call(trigger)`` for at most ``budget`` seconds (on the
+    async def _call(self, call: Callable[[Any], Awaitable[Any]], trigger: Any, budget_ns: int) -> Tuple[Any, bool]:
+        """Awaits ``call(trigger)`` for at most ``budget_ns`` nanoseconds (on the
         breaker's manual clock if it has one): ``(value, False)``, or
         ``(None, True)`` if it was cut at the deadline. Its own exceptions
         (a ``TimeoutError`` of its own included) go on; a ``call`` that
@@ -111,8 +116,8 @@ class Emitter:
             )
         if self._clock is not None:
             # The deadline is fixed now, at admission, on the manual clock.
-            return await _race(pending, self._clock._timer(budget))
-        deadline = asyncio.timeout(budget)
+            return await _race(pending, self._clock._timer_ns(budget_ns))
+        deadline = asyncio.timeout(budget_ns / 1e9)
         try:
             async with deadline:
                 return await pending, False
@@ -131,12 +136,21 @@ class Emitter:
         (``replay_attempts``): then it is handed back in
         ``Replayed.handed_back``. A cancelled replay keeps the trigger it
         was calling at the head, no attempt used. The caller bounds the
-        rate: ``max`` per call, calls as often as it likes."""
+        rate: ``max`` per call, calls as often as it likes.
+
+        Replay waits for the breaker to close, and a HALF_OPEN breaker
+        closes on its probes: calls of live traffic. A router whose traffic
+        to a consumer has stopped should probe it itself while it is
+        HALF_OPEN (``with breaker.allow(): await health_check()``), or its
+        queue waits for the next live call. Wait a moment after a failed
+        replay before the next one: a breaker judges its windows before it
+        trips, and each failed replay uses one of the head trigger's
+        attempts."""
         run = self._native.replay_run(max)
         try:
             while (c := run.next()) is not None:
                 try:
-                    value, cut = await self._call(call, c.trigger, c.remaining())
+                    value, cut = await self._call(call, c.trigger, c.remaining_ns())
                 except _NotAwaitable:
                     c.cancel()
                     raise
@@ -175,6 +189,14 @@ class Emitter:
         except BaseException:
             begun.cancel()
             raise
+        if hasattr(value, "__await__"):
+            begun.cancel()  # the caller's mistake: no verdict on the consumer
+            if hasattr(value, "close"):
+                value.close()  # never awaited, on purpose: no warning
+            raise TypeError(
+                f"Emitter.emit_blocking: call({trigger!r}) returned an awaitable, so the consumer was never "
+                "called (use `await emitter.emit(...)` for an async function)"
+            )
         return begun.delivered(value)
 
     def enqueue(self, trigger: Any, priority: Priority = Priority.ROUTINE) -> Optional[Tuple[Any, Priority]]:
@@ -211,8 +233,14 @@ class Emitter:
         return self._native.is_shut_down
 
     def __len__(self) -> int:
-        """Triggers in the dead-letter queue now."""
-        return self._native.queue_len
+        """Triggers the emitter holds for replay: those in the dead-letter
+        queue, and the one a failed replay keeps at its head (what
+        ``drain`` and ``shutdown`` would return)."""
+        return self._native.queue_len + int(self._native.stats().pending)
+
+    def __bool__(self) -> bool:
+        """An emitter is always true, empty or not (use ``len``)."""
+        return True
 
     @property
     def capacity(self) -> int:
@@ -243,12 +271,15 @@ async def _race(call: Awaitable[Any], timer: "asyncio.Future[None]") -> Tuple[An
         if call_task.done():
             return call_task.result(), False
         call_task.cancel()
-        # Its clean-up runs to its end; its outcome is the timeout's. A
-        # cancellation of this task raises here, and goes on.
+        # Its clean-up runs to its end. A cancellation of this task raises
+        # here, and goes on.
         await asyncio.wait((call_task,))
-        if not call_task.cancelled():
-            call_task.exception()  # retrieved: no "never retrieved" warning
-        return None, True
+        if call_task.cancelled() or call_task.exception() is not None:
+            return None, True
+        # It ignored the cut and returned: delivered, late (as
+        # asyncio.timeout's path does on the system clock): queueing it
+        # would deliver it twice.
+        return call_task.result(), False
     except BaseException:
         call_task.cancel()
         raise

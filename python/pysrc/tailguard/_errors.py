@@ -18,9 +18,12 @@ class BreakerOpen(Exception):
     """
 
     def __init__(self, message: str, retry_after: Optional[float], reason: str) -> None:
-        super().__init__(message)
+        super().__init__(message, retry_after, reason)
         self.retry_after = retry_after
         self.reason = reason
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class PermitUsed(RuntimeError):
@@ -32,9 +35,12 @@ class QueueFull(Exception):
     class or higher. The trigger is handed back in ``trigger``."""
 
     def __init__(self, message: str, trigger: Any, priority: Any) -> None:
-        super().__init__(message)
+        super().__init__(message, trigger, priority)
         self.trigger = trigger
         self.priority = priority
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class EmitterShutDown(Exception):
@@ -42,6 +48,9 @@ class EmitterShutDown(Exception):
     trigger is handed back in ``trigger``."""
 
     def __init__(self, message: str, trigger: Any, priority: Any) -> None:
-        super().__init__(message)
+        super().__init__(message, trigger, priority)
         self.trigger = trigger
         self.priority = priority
+
+    def __str__(self) -> str:
+        return str(self.args[0])

@@ -81,10 +81,18 @@ class Transition:
     generation: int
     """Counts every transition of the breaker."""
     reason: str
-    """Why, in snake case: ``"latency_breach"``, ``"error_rate"``,
-    ``"probes_succeeded"``, ``"manual_trip"``, ..."""
+    """Why, in snake case: ``"latency_breach"`` (the quantile over the
+    threshold for ``trip_windows`` windows), ``"sparse_latency"`` (slow
+    calls judged across windows too small to judge alone: few calls per
+    window, however busy the second), ``"relative_latency"``,
+    ``"error_rate"``, ``"failure_count"``, ``"backoff_elapsed"`` (OPEN to
+    HALF_OPEN), ``"probe_failed"``, ``"probe_slow"``,
+    ``"probe_lease_expired"``, ``"probes_succeeded"`` (HALF_OPEN to CLOSED),
+    ``"forced_open"``, ``"forced_closed"``, ``"disabled"``,
+    ``"metrics_only"``, ``"reset"``, ``"manual_trip"``."""
     at: float
-    """Seconds since the breaker was built, on its clock."""
+    """When, in seconds since the breaker was built, on its clock (not a
+    wall-clock time)."""
     flapping: bool
 
 
@@ -230,10 +238,15 @@ class EmitterStats:
     drained: int
     queued_by_hand: int
     queued: int
+    """Triggers in the dead-letter queue now."""
     pending: bool
+    """Whether a failed replay keeps a trigger at the head of the queue
+    (taken out, to go first; counted in ``len(emitter)``)."""
     bulkhead_in_flight: int
     emit_count: int
+    """Emits timed (every emit that returned an outcome)."""
     emit_time_sum: float
+    """Their times, summed, in seconds: what the router paid."""
     diverted: int = field(init=False)
     handed_back: int = field(init=False)
 
@@ -249,7 +262,9 @@ class EmitterStats:
 
     @property
     def emitted(self) -> int:
-        """Emits finished: delivered, diverted, handed back or cancelled."""
+        """Emits finished: delivered, diverted, handed back or cancelled
+        (a sum of counters each counted on its own: compare it with your own
+        count of emits to check that none went missing)."""
         return self.delivered + self.diverted + self.handed_back + self.cancelled
 
     @property
