@@ -34,6 +34,29 @@ struct Running {
     handles: usize,
     shared: Arc<Shared>,
     thread: JoinHandle<()>,
+    /// The process that started the thread: in a child forked since, the
+    /// thread does not exist (a fork copies only the forking thread), so
+    /// the ticker does not run there, and its handle is never joined.
+    pid: u32,
+}
+
+impl Running {
+    /// Whether the thread runs in this process: alive, and not the
+    /// parent's (in a child of `fork`).
+    fn live(&self) -> bool {
+        self.pid == std::process::id() && self.shared.alive.load(Ordering::Acquire)
+    }
+
+    /// Joins the thread, if it is this process's (a forked child's copy
+    /// of the parent's handle names no thread of its own: it is leaked,
+    /// never joined nor detached).
+    fn join(self) {
+        if self.pid == std::process::id() {
+            let _ = self.thread.join();
+        } else {
+            core::mem::forget(self.thread);
+        }
+    }
 }
 
 struct Shared {
@@ -142,6 +165,13 @@ impl Ticker {
     /// nothing, so a shorter sleep only costs wakes. If the thread already
     /// runs, this joins it and `max_sleep` is ignored.
     ///
+    /// In a child of `fork` (which copies only the forking thread) the
+    /// parent's ticker thread does not run: the first `start` there, or
+    /// the first breaker built there, starts the child's own, which then
+    /// ticks every breaker the child has, inherited ones included. (A
+    /// child that starts none has no ticker: its inherited breakers close
+    /// windows only when ticked by hand.)
+    ///
     /// # Errors
     /// The operating system refused to spawn the thread.
     ///
@@ -155,12 +185,14 @@ impl Ticker {
         let mut global = GLOBAL.lock();
         let mut handles = 1;
         if let Some(r) = global.running.as_mut() {
-            if r.shared.alive.load(Ordering::Acquire) {
+            if r.live() {
                 r.handles += 1;
                 return Ok(Ticker { _private: () });
             }
             // The thread died (nothing it runs should unwind, but if
-            // something did): start a new one for every handle.
+            // something did), or this is a child forked since it started
+            // (the thread is the parent's): start a new one for every
+            // handle, for every breaker registered.
             handles += r.handles;
         }
         let max_sleep = max_sleep.max(Duration::from_nanos(SLOT_NS));
@@ -177,8 +209,9 @@ impl Ticker {
             handles,
             shared,
             thread,
+            pid: std::process::id(),
         }) {
-            let _ = dead.thread.join();
+            dead.join();
         }
         Ok(Ticker { _private: () })
     }
@@ -192,11 +225,7 @@ impl Ticker {
     /// # drop(t);
     /// ```
     pub fn is_running() -> bool {
-        GLOBAL
-            .lock()
-            .running
-            .as_ref()
-            .is_some_and(|r| r.shared.alive.load(Ordering::Acquire))
+        GLOBAL.lock().running.as_ref().is_some_and(Running::live)
     }
 
     /// Panics caught on the ticker thread while ticking a breaker (or dropping
@@ -245,11 +274,16 @@ impl Drop for Ticker {
         // it.
         if let Some(r) = last {
             r.shared.stop.store(true, Ordering::Release);
+            if r.pid != std::process::id() {
+                // A forked child's copy: no thread of ours to stop.
+                r.join();
+                return;
+            }
             r.thread.thread().unpark();
             // A listener on the ticker thread may drop the last handle:
             // it cannot join itself; its loop ends at the stop flag.
             if r.thread.thread().id() != std::thread::current().id() {
-                let _ = r.thread.join();
+                r.join();
             }
         }
     }

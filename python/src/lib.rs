@@ -15,7 +15,6 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
 use tailguard::emit::{Divert, Emitted, Emitter, HandBack, InFlight, ReplayCall, ReplayRun, ReplayStop};
@@ -134,12 +133,29 @@ fn state_py(py: Python<'_>, s: State) -> PyResult<Bound<'_, PyAny>> {
 // the last breaker never joins the ticker thread from a thread that holds
 // the GIL (a listener on the ticker thread may be waiting for it).
 
+static TICKER: std::sync::Mutex<Option<Ticker>> = std::sync::Mutex::new(None);
+
+fn start_ticker() -> PyResult<Ticker> {
+    Ticker::start().map_err(|e| PyRuntimeError::new_err(format!("could not start the ticker thread: {e}")))
+}
+
 fn keep_ticker() -> PyResult<()> {
-    static TICKER: OnceLock<Ticker> = OnceLock::new();
-    if TICKER.get().is_none() {
-        let t =
-            Ticker::start().map_err(|e| PyRuntimeError::new_err(format!("could not start the ticker thread: {e}")))?;
-        let _ = TICKER.set(t);
+    let mut held = TICKER.lock().unwrap_or_else(|e| e.into_inner());
+    if held.is_none() {
+        *held = Some(start_ticker()?);
+    }
+    Ok(())
+}
+
+/// In a child of `os.fork()` (registered with `os.register_at_fork`): the
+/// parent's ticker thread does not exist here; if the parent held one,
+/// start the child's own, which ticks every breaker the child inherited.
+#[pyfunction]
+fn _after_fork_in_child() -> PyResult<()> {
+    let mut held = TICKER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(inherited) = held.take() {
+        drop(inherited);
+        *held = Some(start_ticker()?);
     }
     Ok(())
 }
@@ -1311,5 +1327,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyReplayCall>()?;
     m.add_class::<PyRegistry>()?;
     m.add_function(wrap_pyfunction!(_stop_listeners, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     Ok(())
 }

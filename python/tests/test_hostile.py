@@ -579,12 +579,6 @@ def test_a_generator_function_cannot_be_guarded():
             b(f)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: after os.fork() (gunicorn, multiprocessing's default on Linux) the child has no ticker "
-    "thread but the package believes it has one: a system-clock breaker built in the child never closes a "
-    "window, so 1 s of 500 ms calls never trips it (the parent's trips at once)",
-)
 def test_a_breaker_built_after_fork_still_trips():
     rc, err = run_python(
         """
@@ -612,6 +606,30 @@ def test_a_breaker_built_after_fork_still_trips():
         """
     )
     assert rc == 0, f"the child's breaker never tripped (exit {rc}): {err[-300:]}"
+
+
+def test_a_breaker_inherited_across_fork_is_judged_in_the_child():
+    rc, err = run_python(
+        """
+        import os, time
+        from tailguard import Breaker, BreakerOpen
+        b = Breaker(window=0.01, trip_windows=1, latency_threshold=0.001, min_calls=1)
+        pid = os.fork()
+        if pid == 0:
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end and str(b.state) == "closed":
+                for _ in range(10):
+                    try:
+                        b.allow().record_latency(0.5, True)
+                    except BreakerOpen:
+                        pass
+                time.sleep(0.01)
+            os._exit(0 if str(b.state) == "open" else 3)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert rc == 0, f"the inherited breaker never tripped in the child (exit {rc}): {err[-300:]}"
 
 
 @pytest.mark.xfail(

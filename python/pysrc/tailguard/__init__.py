@@ -9,8 +9,9 @@ README for a walk-through, and ``help()`` on each name.
 """
 
 import atexit as _atexit
+import os as _os
 
-from ._native import Breaker, Permit, Registry, _stop_listeners
+from ._native import Breaker, Permit, Registry, _after_fork_in_child, _stop_listeners
 from ._clock import ManualClock
 from ._emitter import Emitter
 from ._errors import BreakerOpen, EmitterShutDown, PermitUsed, QueueFull
@@ -36,6 +37,10 @@ from ._types import (
 # waited for (2 s at most): a thread inside Python while the interpreter
 # ends would be ended in the middle of Rust code.
 _atexit.register(_stop_listeners)
+# A forked child has no copy of the parent's background thread: start its
+# own, for the breakers it inherited and those it builds.
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = [
     "Breaker",
