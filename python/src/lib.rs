@@ -282,6 +282,26 @@ fn builder_from(py: Python<'_>, kw: Option<&Bound<'_, PyDict>>) -> PyResult<Brea
                         .map_err(|_| PyTypeError::new_err("flapping: expected (cycles, within_seconds)"))?;
                     b.flapping(small(&n)?, d(&within)?)
                 }
+                "shards" => {
+                    let n = int(&v)?;
+                    b.shards(
+                        usize::try_from(n).map_err(|_| PyValueError::new_err(format!("shards: {n} is too large")))?,
+                    )
+                }
+                "jitter" => b.jitter(jitter_from(&v)?),
+                "on_cancel" => b.on_cancel(match v.extract::<String>().ok().as_deref() {
+                    Some("cancelled") => tailguard::CancelPolicy::Cancelled,
+                    Some("failure") => tailguard::CancelPolicy::Failure,
+                    _ => {
+                        return Err(PyValueError::new_err(format!(
+                            "on_cancel: expected \"cancelled\" or \"failure\", got {v}"
+                        )))
+                    }
+                }),
+                "relative_latency" => match relative_from(&v, &d, &float, &small)? {
+                    Some(rule) => b.relative_latency(rule),
+                    None => b,
+                },
                 "name" => b.name(
                     &v.extract::<String>()
                         .map_err(|_| PyTypeError::new_err(format!("name: expected a str, got {v}")))?,
@@ -385,6 +405,65 @@ fn _stop_listeners(py: Python<'_>, timeout: f64) -> PyResult<bool> {
     }))
 }
 
+/// The `jitter=` setting: `None` or `"none"`, `"full"`, or a fraction in
+/// (0, 1] (each OPEN lasts between `1 - f` and 1 of its backoff).
+fn jitter_from(v: &Bound<'_, PyAny>) -> PyResult<tailguard::Jitter> {
+    if v.is_none() {
+        return Ok(tailguard::Jitter::None);
+    }
+    if let Ok(s) = v.extract::<String>() {
+        return match s.as_str() {
+            "none" => Ok(tailguard::Jitter::None),
+            "full" => Ok(tailguard::Jitter::Full),
+            _ => Err(PyValueError::new_err(format!(
+                "jitter: expected \"none\", \"full\" or a fraction in (0, 1], got {s:?}"
+            ))),
+        };
+    }
+    let f: f64 = v
+        .extract()
+        .map_err(|_| PyTypeError::new_err(format!("jitter: expected \"none\", \"full\" or a fraction, got {v}")))?;
+    Ok(tailguard::Jitter::Bounded(f))
+}
+
+/// The `relative_latency=` setting: `False`/`None` (off), `True` (the
+/// crate's defaults), or a dict of `multiplier`, `floor`, `ceiling`,
+/// `max_rise_per_hour`, `warmup`, `initial_baseline` (seconds for times).
+fn relative_from(
+    v: &Bound<'_, PyAny>,
+    d: &dyn Fn(&Bound<'_, PyAny>) -> PyResult<Duration>,
+    float: &dyn Fn(&Bound<'_, PyAny>) -> PyResult<f64>,
+    small: &dyn Fn(&Bound<'_, PyAny>) -> PyResult<u32>,
+) -> PyResult<Option<tailguard::RelativeLatency>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    if let Ok(on) = v.cast::<PyBool>() {
+        return Ok(on.is_true().then(tailguard::RelativeLatency::new));
+    }
+    let dict = v.cast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err("relative_latency: expected True, or a dict of multiplier, floor, ceiling, max_rise_per_hour, warmup, initial_baseline")
+    })?;
+    let mut rule = tailguard::RelativeLatency::new();
+    for (k, x) in dict.iter() {
+        let key: String = k.extract()?;
+        rule = match key.as_str() {
+            "multiplier" => rule.multiplier(float(&x)?),
+            "floor" => rule.floor(d(&x)?),
+            "ceiling" => rule.ceiling(d(&x)?),
+            "max_rise_per_hour" => rule.max_rise_per_hour(float(&x)?),
+            "warmup" => rule.warmup(small(&x)?),
+            "initial_baseline" => rule.initial_baseline(d(&x)?),
+            other => {
+                return Err(PyTypeError::new_err(format!(
+                    "relative_latency: unknown key {other:?} (multiplier, floor, ceiling, max_rise_per_hour, warmup, initial_baseline)"
+                )))
+            }
+        };
+    }
+    Ok(Some(rule))
+}
+
 /// The `clock=` setting, if one was given.
 fn clock_of(settings: Option<&Bound<'_, PyDict>>) -> Option<Py<PyAny>> {
     let c = settings?.get_item("clock").ok()??;
@@ -461,7 +540,16 @@ fn listener(callable: Py<PyAny>) -> impl Fn(&tailguard::Transition) + Send + Syn
 /// - base_backoff, max_backoff: the first and the longest OPEN (1.0, 30.0).
 /// - half_open_probes: probes at once (1); success_to_close: good probes
 ///   that close (5); probe_lease: how long a probe may hold its slot.
+/// - relative_latency: trip on the consumer's own tail instead, `multiplier`
+///   times the P99 it learned from its healthy windows: `True` (the
+///   crate's defaults) or a dict of multiplier (2.0), floor (0.001),
+///   ceiling (1.0), max_rise_per_hour (1.5), warmup (5 windows),
+///   initial_baseline (off). See `latency_baseline`, `seed_baseline()`.
 /// - recovery_ramp: hand traffic back gradually over this long (off).
+/// - jitter: randomise each OPEN: "none" (default), "full", or a fraction.
+/// - on_cancel: what a permit dropped without a verdict counts as:
+///   "cancelled" (default) or "failure".
+/// - shards: counter shards (default: the cores; grown as threads use it).
 /// - flapping: (cycles, within) that flag a flapping consumer.
 /// - track_in_flight: count calls still running at a window's close (off).
 /// - name: the consumer's name (metrics).
@@ -643,6 +731,26 @@ impl PyBreaker {
             func: func.unbind(),
         };
         Ok(Bound::new(py, guarded)?.into_any())
+    }
+
+    /// The healthy latency the relative rule learned, in seconds (`None`
+    /// without the rule, or before its warm-up).
+    #[getter]
+    fn latency_baseline(&self) -> Option<f64> {
+        self.breaker.latency_baseline().map(secs)
+    }
+
+    /// Forgets the learned baseline: the relative rule warms up again.
+    fn reset_baseline(&self) {
+        self.breaker.reset_baseline();
+    }
+
+    /// Sets the relative rule's baseline to `seconds` (a known healthy
+    /// latency), ending its warm-up.
+    fn seed_baseline(&self, seconds: f64) -> PyResult<()> {
+        self.breaker
+            .seed_baseline(duration("seconds", seconds)?)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// The `ManualClock` the breaker runs on, or `None` (the system clock).

@@ -525,3 +525,62 @@ def test_flapping_is_flagged_on_the_reopen_that_crosses_the_limit(clock):
         (State.OPEN, False), (State.HALF_OPEN, False), (State.OPEN, False), (State.HALF_OPEN, False),
         (State.OPEN, False), (State.HALF_OPEN, False), (State.OPEN, True)]
     assert b.snapshot().flapping
+
+
+def test_the_relative_rule_learns_a_baseline_and_trips_on_a_multiple_of_it(clock):
+    b = Breaker(
+        clock=clock,
+        latency_threshold=1.0,  # the absolute rule out of the way (at the ceiling)
+        quantile=0.9,  # a baseline observation is a pool of 10 / (1 - q) = 100 healthy calls
+        trip_windows=1,
+        min_calls=10,
+        relative_latency={"multiplier": 2.0, "warmup": 3, "floor": 0.001},
+    )
+    assert b.latency_baseline is None
+
+    def window(latency):
+        for _ in range(200):
+            b.allow().record_latency(latency, True)
+        clock.advance(1.0)
+        b.tick()
+
+    for _ in range(5):
+        window(0.010)  # healthy: 10 ms
+    # Learned to the latency sketch's bucket: at most 9.05% above.
+    assert 0.010 <= b.latency_baseline <= 0.010 * 1.0905
+    window(0.015)  # 1.5x: under 2x the baseline
+    assert b.state == State.CLOSED
+    window(0.050)  # 5x
+    assert b.state == State.OPEN
+    assert b.snapshot().trip_count == 1
+    b.reset_baseline()
+    assert b.latency_baseline is None
+    b.seed_baseline(0.020)
+    assert b.latency_baseline == pytest.approx(0.020)
+
+
+@pytest.mark.parametrize(
+    "settings, error, text",
+    [
+        (dict(relative_latency={"multiplier": 0.5}), ValueError, "multiplier"),
+        (dict(relative_latency={"k": 2}), TypeError, "unknown key"),
+        (dict(relative_latency="yes"), TypeError, "relative_latency"),
+        (dict(jitter="some"), ValueError, "jitter"),
+        (dict(jitter=1.5), ValueError, "jitter"),
+        (dict(on_cancel="ignore"), ValueError, "on_cancel"),
+        (dict(shards=0), ValueError, "shards"),
+    ],
+)
+def test_the_other_settings_are_checked(settings, error, text):
+    with pytest.raises(error, match=text):
+        Breaker(**settings)
+
+
+def test_jitter_on_cancel_and_shards_are_accepted(clock):
+    b = Breaker(clock=clock, jitter="full", on_cancel="failure", shards=4)
+    p = b.allow()
+    del p  # dropped without a verdict: a failure here
+    clock.advance(60)
+    b.tick()
+    assert b.snapshot().totals.errors == 1
+    assert Breaker(jitter=0.5, relative_latency=True).state == State.CLOSED
