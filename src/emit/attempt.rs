@@ -5,7 +5,7 @@
 //! own (written once, over [`Host`]); only the call, and cutting it at its
 //! deadline, are the caller's.
 
-use super::call::{Host, NotAdmitted};
+use super::call::Host;
 use super::metrics::Count;
 use super::{Deadline, Divert, Emitted, Emitter, Inner};
 use crate::bulkhead::OwnedBulkheadPermit;
@@ -113,25 +113,6 @@ impl<T> Emitter<T> {
                 Err(out)
             }
         }
-    }
-}
-
-impl<T> Inner<T> {
-    /// As [`admit`](Inner::admit), with owned permit and slot.
-    pub(super) fn admit_owned(&self, start: u64) -> Result<(OwnedPermit, Option<OwnedBulkheadPermit>), NotAdmitted> {
-        let permit = self.breaker.allow_owned_at(start).map_err(NotAdmitted::Open)?;
-        let slot = match &self.bulkhead {
-            None => None,
-            Some(bulkhead) => match bulkhead.try_acquire_owned() {
-                Ok(slot) => Some(slot),
-                Err(_) => {
-                    permit.abandon();
-                    self.metrics.count(Count::BulkheadRejected);
-                    return Err(NotAdmitted::BulkheadFull);
-                }
-            },
-        };
-        Ok((permit, slot))
     }
 }
 

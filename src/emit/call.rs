@@ -8,10 +8,10 @@ use super::metrics::Count;
 use super::pending::Pending;
 use super::{Divert, Emitted, HandBack, Inner};
 use crate::breaker::Breaker;
-use crate::bulkhead::BulkheadPermit;
+use crate::bulkhead::{Bulkhead, BulkheadFull, BulkheadPermit, OwnedBulkheadPermit};
 use crate::dlq::{Priority, Pushed};
 use crate::report::Rejected;
-use crate::{LocalPermit, Permit};
+use crate::{LocalPermit, OwnedPermit, Permit};
 use std::any::Any;
 use std::panic::resume_unwind;
 use std::time::Duration;
@@ -264,13 +264,37 @@ impl<T> Inner<T> {
     /// back untouched: the call was never made), at the reading `start`.
     #[inline(always)]
     pub(super) fn admit(&self, start: u64) -> Result<Admitted<'_>, NotAdmitted> {
-        let permit = self.breaker.allow_at(start).map_err(NotAdmitted::Open)?;
+        self.admit_by(self.breaker.allow_at(start), Bulkhead::try_acquire, Permit::abandon)
+    }
+
+    /// As [`admit`](Self::admit), with an owned permit and slot (an emit
+    /// the caller drives: [`InFlight`](super::InFlight),
+    /// [`ReplayCall`](super::ReplayCall)).
+    pub(super) fn admit_owned(&self, start: u64) -> Result<(OwnedPermit, Option<OwnedBulkheadPermit>), NotAdmitted> {
+        self.admit_by(
+            self.breaker.allow_owned_at(start),
+            Bulkhead::try_acquire_owned,
+            OwnedPermit::abandon,
+        )
+    }
+
+    /// The admission both of those are: the breaker's answer `permit`,
+    /// then a slot of the bulkhead (if any) by `acquire`; a full bulkhead
+    /// gives the permit back by `abandon`.
+    #[inline(always)]
+    fn admit_by<'a, P, S>(
+        &'a self,
+        permit: Result<P, Rejected>,
+        acquire: impl FnOnce(&'a Bulkhead) -> Result<S, BulkheadFull>,
+        abandon: impl FnOnce(P),
+    ) -> Result<(P, Option<S>), NotAdmitted> {
+        let permit = permit.map_err(NotAdmitted::Open)?;
         let slot = match &self.bulkhead {
             None => None,
-            Some(bulkhead) => match bulkhead.try_acquire() {
+            Some(bulkhead) => match acquire(bulkhead) {
                 Ok(slot) => Some(slot),
                 Err(_) => {
-                    permit.abandon();
+                    abandon(permit);
                     // This emitter's own share of the bulkhead's refusals
                     // (the bulkhead may be shared).
                     self.metrics.count(Count::BulkheadRejected);
