@@ -12,37 +12,17 @@ use crate::support::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 use tailguard::clock::ManualClock;
-use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::dlq::Priority;
 use tailguard::emit::{Emitted, Emitter, ReplayStop};
 use tailguard::{Breaker, State};
 
 const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
+/// `n` routine triggers queued, `attempts` replay attempts each.
 fn backlog(b: &Breaker, n: u32, attempts: u32) -> Emitter<u32> {
-    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(64).unwrap())
-        .replay_attempts(attempts)
-        .unwrap()
-        .bulkhead(1)
-        .unwrap()
-        .timeout(200 * MS)
-        .unwrap()
-        .build()
-        .unwrap();
-    b.trip_now();
-    for i in 0..n {
-        assert!(!e
-            .emit_blocking(i, Priority::Routine, |_, _| Ok::<_, ()>(()))
-            .is_delivered());
-    }
-    b.reset();
+    let e = driven_emitter(b, 1, 64, attempts);
+    divert_backlog(b, &e, n, |_| Priority::Routine);
     e
-}
-
-/// What the breaker judged, once its window has closed.
-fn errors_judged(b: &Breaker, clock: &ManualClock) -> u64 {
-    clock.advance(Duration::from_secs(60));
-    b.tick();
-    b.snapshot().totals.errors
 }
 
 /// Finding: a call settled by a run that did not give it (here a run that
@@ -65,7 +45,7 @@ fn a_call_settled_by_another_run_charges_no_failure_and_is_not_replayed_again() 
     assert!(unwound.is_err(), "settled by the wrong run: a panic, as documented");
     let _ = other.finish();
     // The consumer was never reported as failing...
-    assert_eq!(errors_judged(&b, &clock), 0, "the consumer was charged a failure");
+    assert_eq!(judged(&b, &clock).errors, 0, "the consumer was charged a failure");
     // ...and a trigger the caller said was delivered is not sent again.
     let again = e.replay_blocking(10, |_, _| Ok::<_, ()>(()));
     assert_eq!(again.delivered, 0, "the delivered trigger was replayed a second time");
@@ -84,8 +64,8 @@ fn a_call_of_another_emitter_settled_by_a_run_charges_neither_consumer() {
     let unwound = catch_unwind(AssertUnwindSafe(|| run_a.failed(call_b, ())));
     assert!(unwound.is_err());
     drop((run_a, run_b));
-    assert_eq!(errors_judged(&ba, &ca), 0);
-    assert_eq!(errors_judged(&bb, &cb), 0, "B's consumer was charged for A's misuse");
+    assert_eq!(judged(&ba, &ca).errors, 0);
+    assert_eq!(judged(&bb, &cb).errors, 0, "B's consumer was charged for A's misuse");
 }
 
 /// Held: a probe `InFlight` kept across a thousand trip_now/reset
@@ -95,7 +75,7 @@ fn a_call_of_another_emitter_settled_by_a_run_charges_neither_consumer() {
 fn a_probe_held_across_a_thousand_transitions_is_stale_when_finished() {
     let clock = ManualClock::new();
     let b = breaker(&clock); // one probe, one success closes
-    let e = with_bulkhead(&b, 8);
+    let e = driven_emitter(&b, 8, 64, 3);
     b.trip_now();
     clock.advance(Duration::from_secs(2));
     let old = e.begin::<(), ()>(1, Priority::Routine).expect("the probe");
@@ -122,16 +102,6 @@ fn a_probe_held_across_a_thousand_transitions_is_stale_when_finished() {
     assert_conserved(&e.stats(), 3);
 }
 
-fn with_bulkhead(b: &Breaker, slots: usize) -> Emitter<u32> {
-    Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(64).unwrap())
-        .bulkhead(slots)
-        .unwrap()
-        .timeout(200 * MS)
-        .unwrap()
-        .build()
-        .unwrap()
-}
-
 /// Held: a clock stepped back a year between begin and finish reads as a
 /// zero-length call; stepped forward a year, as a timeout (delivered,
 /// overran). Both conserve, both give the slot back.
@@ -140,7 +110,7 @@ fn a_clock_stepped_a_year_either_way_mid_call_conserves() {
     let clock = ManualClock::new();
     clock.advance(2 * YEAR);
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1);
+    let e = driven_emitter(&b, 1, 64, 3);
     let back = e.begin::<(), ()>(1, Priority::Routine).ok().unwrap();
     clock.rewind(YEAR);
     assert_eq!(back.deadline().remaining(), 200 * MS);
@@ -165,7 +135,7 @@ fn a_clock_stepped_a_year_either_way_mid_call_conserves() {
 fn in_flights_ended_on_other_threads_across_a_shutdown_conserve() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 64);
+    let e = driven_emitter(&b, 64, 64, 3);
     let calls: Vec<_> = (0..48)
         .map(|i| e.begin::<(), ()>(i, Priority::Routine).ok().unwrap())
         .collect();
@@ -200,7 +170,7 @@ fn in_flights_ended_on_other_threads_across_a_shutdown_conserve() {
 fn begin_on_a_shut_down_emitter_hands_back_what_is_not_delivered() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1);
+    let e = driven_emitter(&b, 1, 64, 3);
     let _ = e.shutdown(|_, _| {});
     let c = e.begin::<(), &str>(5, Priority::Critical).ok().unwrap();
     assert!(matches!(

@@ -8,26 +8,9 @@ use crate::support::emit::*;
 use crate::support::*;
 use std::time::Duration;
 use tailguard::clock::ManualClock;
-use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::dlq::Priority;
 use tailguard::emit::{Divert, Emitted, Emitter, HandBack, InFlight};
-use tailguard::{Breaker, State, Totals};
-
-fn with_bulkhead(b: &Breaker, slots: usize, capacity: usize) -> Emitter<u32> {
-    Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(capacity).unwrap())
-        .bulkhead(slots)
-        .unwrap()
-        .timeout(200 * MS)
-        .unwrap()
-        .build()
-        .unwrap()
-}
-
-/// What the breaker judged, once its window has closed.
-fn judged(b: &Breaker, clock: &ManualClock) -> Totals {
-    clock.advance(Duration::from_secs(60));
-    b.tick();
-    b.snapshot().totals
-}
+use tailguard::State;
 
 fn begun(e: &Emitter<u32>, trigger: u32) -> InFlight<u32> {
     match e.begin::<(), ()>(trigger, Priority::Routine) {
@@ -40,7 +23,7 @@ fn begun(e: &Emitter<u32>, trigger: u32) -> InFlight<u32> {
 fn a_finished_call_is_judged_on_the_time_it_took() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1, 8);
+    let e = driven_emitter(&b, 1, 8, 3);
     let call = begun(&e, 1);
     clock.advance(30 * MS);
     assert_eq!(call.deadline().remaining(), 170 * MS);
@@ -58,7 +41,7 @@ fn a_finished_call_is_judged_on_the_time_it_took() {
 fn an_ok_after_the_deadline_is_delivered_and_counted_overran_and_slow() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1, 8);
+    let e = driven_emitter(&b, 1, 8, 3);
     let late = begun(&e, 1);
     clock.advance(250 * MS);
     assert_eq!(late.finish::<(), ()>(Ok(())), Emitted::Delivered(()));
@@ -80,7 +63,7 @@ fn an_ok_after_the_deadline_is_delivered_and_counted_overran_and_slow() {
 fn cut_at_the_deadline_the_trigger_is_queued_and_the_breaker_counts_a_timeout() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1, 8);
+    let e = driven_emitter(&b, 1, 8, 3);
     let call = begun(&e, 7);
     clock.advance(200 * MS);
     let out = call.timed_out::<(), ()>();
@@ -96,7 +79,7 @@ fn cut_at_the_deadline_the_trigger_is_queued_and_the_breaker_counts_a_timeout() 
 fn cancelled_or_dropped_it_gives_back_its_slot_and_its_probe_with_no_verdict() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1, 8);
+    let e = driven_emitter(&b, 1, 8, 3);
     b.trip_now();
     clock.advance(Duration::from_secs(2));
     // The one probe, cancelled a thousand times over: each time the
@@ -127,7 +110,7 @@ fn cancelled_or_dropped_it_gives_back_its_slot_and_its_probe_with_no_verdict() {
 fn not_admitted_the_trigger_is_already_diverted_and_counted() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1, 1);
+    let e = driven_emitter(&b, 1, 1, 3);
     let held = begun(&e, 1);
     let full = e.begin::<(), ()>(2, Priority::Routine).unwrap_err();
     assert!(matches!(
@@ -161,7 +144,7 @@ fn not_admitted_the_trigger_is_already_diverted_and_counted() {
 fn dropped_in_a_panic_the_call_counts_failed_and_its_trigger_is_queued() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 1, 8);
+    let e = driven_emitter(&b, 1, 8, 3);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _call = begun(&e, 42);
         clock.advance(5 * MS);
@@ -181,7 +164,7 @@ fn dropped_in_a_panic_the_call_counts_failed_and_its_trigger_is_queued() {
 fn after_shutdown_a_call_that_fails_hands_its_trigger_back() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 2, 8);
+    let e = driven_emitter(&b, 2, 8, 3);
     let call = begun(&e, 5);
     assert_eq!(e.shutdown(|_, _| {}), 0);
     let out = call.finish::<(), _>(Err("503"));
@@ -203,7 +186,7 @@ fn after_shutdown_a_call_that_fails_hands_its_trigger_back() {
 fn racing_threads_of_mixed_ends_conserve_every_trigger() {
     let clock = ManualClock::new();
     let b = breaker(&clock);
-    let e = with_bulkhead(&b, 2, 64);
+    let e = driven_emitter(&b, 2, 64, 3);
     let per = 4_000u32;
     std::thread::scope(|s| {
         for t in 0..2u32 {

@@ -9,26 +9,14 @@ use crate::support::emit::*;
 use crate::support::*;
 use std::time::Duration;
 use tailguard::clock::ManualClock;
-use tailguard::dlq::{DeadLetterQueue, Priority};
+use tailguard::dlq::Priority;
 use tailguard::emit::{Divert, Emitter, ReplayStop, Replayed};
 use tailguard::Breaker;
 
+/// `n` triggers queued (classes in turn), two replay attempts each.
 fn backlog(b: &Breaker, n: u32) -> Emitter<u32> {
-    let e: Emitter<u32> = Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(64).unwrap())
-        .replay_attempts(2)
-        .unwrap()
-        .bulkhead(1)
-        .unwrap()
-        .timeout(200 * MS)
-        .unwrap()
-        .build()
-        .unwrap();
-    b.trip_now();
-    for i in 0..n {
-        let class = Priority::ALL[(i % 3) as usize];
-        assert!(!e.emit_blocking(i, class, |_, _| Ok::<_, ()>(())).is_delivered());
-    }
-    b.reset();
+    let e = driven_emitter(b, 1, 64, 2);
+    divert_backlog(b, &e, n, |i| Priority::ALL[(i % 3) as usize]);
     e
 }
 

@@ -3,9 +3,9 @@
 
 use super::MS;
 use tailguard::clock::ManualClock;
-use tailguard::dlq::DeadLetterQueue;
+use tailguard::dlq::{DeadLetterQueue, Priority};
 use tailguard::emit::{Emitter, EmitterStats};
-use tailguard::{Breaker, Bulkhead};
+use tailguard::{Breaker, Bulkhead, Totals};
 
 /// A breaker on `clock` (no ticker) with one probe that closes it.
 pub fn breaker(clock: &ManualClock) -> Breaker {
@@ -61,4 +61,37 @@ pub fn assert_conserved(s: &EmitterStats, emitted: u64) {
 /// A default breaker on the system clock, ticked by hand.
 pub fn plain_breaker() -> Breaker {
     Breaker::builder().ticker(false).build().unwrap()
+}
+
+/// An emitter over `b` for calls the caller makes (`Emitter::begin`,
+/// `Emitter::replay_run`): `slots` in its bulkhead, a queue of `capacity`,
+/// a 200 ms timeout and `attempts` replay attempts (3 is the default).
+pub fn driven_emitter(b: &Breaker, slots: usize, capacity: usize, attempts: u32) -> Emitter<u32> {
+    Emitter::builder(b.clone(), DeadLetterQueue::with_capacity(capacity).unwrap())
+        .bulkhead(slots)
+        .unwrap()
+        .timeout(200 * MS)
+        .unwrap()
+        .replay_attempts(attempts)
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+/// A backlog for replay: triggers `0..n` (trigger `i` of class
+/// `class(i)`) diverted through `e` while `b` is tripped, then `b` reset.
+pub fn divert_backlog(b: &Breaker, e: &Emitter<u32>, n: u32, class: impl Fn(u32) -> Priority) {
+    b.trip_now();
+    for i in 0..n {
+        assert!(!e.emit_blocking(i, class(i), |_, _| Ok::<_, ()>(())).is_delivered());
+    }
+    b.reset();
+}
+
+/// What the breaker judged once its window has closed (the clock moved
+/// on a minute, then a tick).
+pub fn judged(b: &Breaker, clock: &ManualClock) -> Totals {
+    clock.advance(std::time::Duration::from_secs(60));
+    b.tick();
+    b.snapshot().totals
 }
