@@ -495,31 +495,27 @@ def judged(b, clock):
     return t.calls, t.errors
 
 
-async def test_a_cancelled_call_in_a_permit_block_is_not_charged_to_the_consumer():
-    clock = ManualClock()
-    b = Breaker(clock=clock)
-
+def _in_a_permit_block(b):
     async def call():
         with b.allow():
             await asyncio.sleep(3600)
 
-    task = asyncio.ensure_future(call())
-    await turns()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert judged(b, clock) == (0, 0)
+    return call
 
 
-async def test_a_cancelled_async_guarded_call_is_not_charged_to_the_consumer():
-    clock = ManualClock()
-    b = Breaker(clock=clock)
-
+def _async_guarded(b):
     @b
     async def call():
         await asyncio.sleep(3600)
 
-    task = asyncio.ensure_future(call())
+    return call
+
+
+@pytest.mark.parametrize("guarded", [_in_a_permit_block, _async_guarded], ids=["with_allow", "async_decorator"])
+async def test_a_cancelled_call_is_not_charged_to_the_consumer(guarded):
+    clock = ManualClock()
+    b = Breaker(clock=clock)
+    task = asyncio.ensure_future(guarded(b)())
     await turns()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

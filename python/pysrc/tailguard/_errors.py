@@ -30,27 +30,23 @@ class PermitUsed(RuntimeError):
     """A permit's verdict was recorded twice: a permit is one call."""
 
 
-class QueueFull(Exception):
+class _RefusedTrigger(Exception):
+    """A trigger the queue did not take, carried back to the caller."""
+
+    def __init__(self, message: str, trigger: Any, priority: Any) -> None:
+        super().__init__(message, trigger, priority)
+        self.trigger = trigger
+        self.priority = priority
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class QueueFull(_RefusedTrigger):
     """``Emitter.enqueue``: the dead-letter queue is full of triggers of this
     class or higher. The trigger is handed back in ``trigger``."""
 
-    def __init__(self, message: str, trigger: Any, priority: Any) -> None:
-        super().__init__(message, trigger, priority)
-        self.trigger = trigger
-        self.priority = priority
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class EmitterShutDown(Exception):
+class EmitterShutDown(_RefusedTrigger):
     """``Emitter.enqueue`` after ``shutdown``: nothing is queued any more. The
     trigger is handed back in ``trigger``."""
-
-    def __init__(self, message: str, trigger: Any, priority: Any) -> None:
-        super().__init__(message, trigger, priority)
-        self.trigger = trigger
-        self.priority = priority
-
-    def __str__(self) -> str:
-        return str(self.args[0])

@@ -299,29 +299,19 @@ class Replayed:
 
 
 def _snapshot(d: dict) -> Snapshot:
+    """A ``Snapshot`` from the native module's dict: the same fields, the
+    nested ones made values."""
     w = dict(d["window"])
     lat = w.pop("latency")
     return Snapshot(
-        state=State(d["state"]),
-        mode=Mode(d["mode"]),
-        generation=d["generation"],
-        trip_count=d["trip_count"],
-        backoff_level=d["backoff_level"],
-        consecutive_breaches=d["consecutive_breaches"],
-        probes_in_flight=d["probes_in_flight"],
-        probe_successes=d["probe_successes"],
-        next_probe_in=d["next_probe_in"],
-        open_for=d["open_for"],
-        window=WindowStats(latency=None if lat is None else LatencyQuantiles(*lat), **w),
-        totals=Totals(**d["totals"]),
-        rejections=Rejections(**d["rejections"]),
-        shadow_rejections=d["shadow_rejections"],
-        events_lost=d["events_lost"],
-        listener_panics=d["listener_panics"],
-        uptime=d["uptime"],
-        flapping=d["flapping"],
-        latency_threshold=d["latency_threshold"],
-        latency_baseline=d["latency_baseline"],
+        **{
+            **d,
+            "state": State(d["state"]),
+            "mode": Mode(d["mode"]),
+            "window": WindowStats(latency=None if lat is None else LatencyQuantiles(*lat), **w),
+            "totals": Totals(**d["totals"]),
+            "rejections": Rejections(**d["rejections"]),
+        }
     )
 
 
