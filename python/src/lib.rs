@@ -1287,9 +1287,6 @@ impl PyReplayCall {
     fn trigger(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(self.call.as_ref().ok_or_else(ended)?.trigger().clone_ref(py))
     }
-    fn remaining(&self) -> PyResult<f64> {
-        Ok(secs(self.call.as_ref().ok_or_else(ended)?.deadline().remaining()))
-    }
     fn remaining_ns(&self) -> PyResult<u64> {
         let left = self.call.as_ref().ok_or_else(ended)?.deadline().remaining();
         Ok(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
