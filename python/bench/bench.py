@@ -22,6 +22,10 @@ Scenarios:
   instance (the attribute access binds the guarded function every call).
 * ``async``: one coroutine on one event loop (the default asyncio loop)
   awaits the guarded no-op coroutine ``n`` times.
+* ``async value``: the same, the coroutine returning a value (``1``)
+  rather than ``None`` (a guarded coroutine that returns something else
+  than ``None`` costs tailguard a ``StopIteration`` per call; ``None``
+  does not).
 
 Method (as ``timeit``): each sample is a compiled ``for`` loop of ``n``
 calls with the garbage collector off, ``n`` calibrated so that a sample
@@ -74,7 +78,7 @@ PEERS = ("pybreaker", "circuitbreaker", "aiobreaker")
 # The goals: tailguard at least this many times cheaper per call.
 GOALS = {"pybreaker": 10.0, "circuitbreaker": 3.0}
 
-SCENARIOS = ("1 thread", "2 threads", "methods", "async")
+SCENARIOS = ("1 thread", "2 threads", "methods", "async", "async value")
 
 
 # ----------------------------------------------------------------------
@@ -129,6 +133,10 @@ async def anoop():
 
 async def anoop1(_trigger):
     return None
+
+
+async def aone():
+    return 1
 
 
 @dataclass
@@ -261,12 +269,22 @@ def method_cases() -> List[Case]:
     ]
 
 
-def async_cases() -> List[Case]:
+def async_cases(s: str = "async") -> List[Case]:
     import aiobreaker
     import circuitbreaker
     import tailguard
 
-    s = "async"
+    if s == "async value":
+        # The same rows, the coroutine returning 1 (no emitter row).
+        cases = [Case(s, "baseline", "bare call: `await aone()`", "await aone()", {"aone": aone}, is_async=True)]
+        cases.append(Case(s, "circuitbreaker", "`@circuit` on a coroutine returning 1", "await g()",
+                          {"g": circuitbreaker.circuit(aone)}, is_async=True))
+        cases.append(Case(s, "aiobreaker", "`@breaker` on a coroutine returning 1", "await g()",
+                          {"g": aiobreaker.CircuitBreaker()(aone)}, is_async=True))
+        tg = watch_breaker("async tailguard @breaker returning 1", tailguard.Breaker())
+        cases.append(Case(s, "tailguard", "`@breaker` on a coroutine returning 1", "await g()", {"g": tg(aone)},
+                          is_async=True, primary=True))
+        return cases
     cases = [
         Case(s, "baseline", "bare call: `await anoop()`", "await anoop()", {"anoop": anoop}, is_async=True),
         Case(s, "baseline", "bare call under `asyncio.timeout(1)`",
@@ -584,8 +602,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         cases = []
         for s in SCENARIOS:
             if s in scen:
-                if s == "async":
-                    cases += async_cases()
+                if s.startswith("async"):
+                    cases += async_cases(s)
                 elif s == "methods":
                     cases += method_cases()
                 else:

@@ -19,8 +19,9 @@ call). Sections:
    come in admission order).
 3. ``with breaker.allow():``: the ``with`` statement itself, on the
    native permit and on a pure-Python context manager.
-4. ``@breaker`` on a coroutine: the shipped wrapper, a leaner one, and the
-   bare extra coroutine layer (no breaker at all), beside circuitbreaker.
+4. ``@breaker`` on a coroutine: the shipped native awaitable, the
+   ``async def`` wrapper it replaced, and the bare extra coroutine layer
+   (no breaker at all), beside circuitbreaker.
 5. ``@breaker`` on a method: ``Guarded.__get__`` imports ``types`` and
    looks up ``MethodType`` on every attribute access; beside it, the
    bound call with ``MethodType`` looked up once (what a ``__get__`` that
@@ -335,13 +336,13 @@ def section_guard_async() -> None:
     show("4. @breaker on a coroutine (ns)",
          run({"await anoop()": "await anoop()",
               "an extra coroutine layer, no breaker": "await layer()",
-              "tailguard @breaker (shipped)": "await shipped()",
-              "tailguard, allow bound once and record()": "await lean()",
+              "tailguard @breaker (shipped: a native awaitable)": "await shipped()",
+              "an async def wrapper over allow() and record() (what it replaced)": "await lean()",
               "circuitbreaker @circuit": "await cb()"},
              {"anoop": anoop, "layer": layer(anoop), "shipped": Breaker()(anoop), "lean": lean(Breaker(), anoop),
               "cb": circuitbreaker.circuit(anoop)},
              is_async=True),
-         versus="tailguard @breaker (shipped)")
+         versus="tailguard @breaker (shipped: a native awaitable)")
 
 
 # ----------------------------------------------------------------------

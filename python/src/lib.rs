@@ -702,8 +702,8 @@ impl PyBreaker {
 
     /// `@breaker` on a function: each call takes a permit (or raises
     /// `BreakerOpen` without calling it) and records success, or failure
-    /// if it raises, with its latency. Coroutine functions are wrapped in
-    /// Python (`pysrc/tailguard/_guard.py`).
+    /// if it raises, with its latency. On a coroutine function the permit
+    /// is taken when the call is awaited (`PyGuardedCall`).
     fn __call__<'py>(slf: &Bound<'py, Self>, func: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         if !func.is_callable() {
@@ -719,12 +719,12 @@ impl PyBreaker {
                  out of the breaker's sight (guard the function that consumes it, or take a permit by hand)",
             ));
         }
-        let is_async = is("iscoroutinefunction")?;
-        if is_async {
-            return py
-                .import("tailguard._guard")?
-                .getattr("guard_async")?
-                .call1((slf, func));
+        if is("iscoroutinefunction")? {
+            let guarded = PyGuardedAsync {
+                breaker: slf.get().breaker.clone(),
+                func: func.unbind(),
+            };
+            return Ok(Bound::new(py, guarded)?.into_any());
         }
         let guarded = PyGuarded {
             breaker: slf.get().breaker.clone(),
@@ -909,15 +909,366 @@ impl PyGuarded {
         obj: &Bound<'_, PyAny>,
         _owner: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
-        if obj.is_none() {
-            return Ok(slf.into_any());
-        }
-        static METHOD_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-        Ok(METHOD_TYPE
-            .import(py, "types", "MethodType")?
-            .call1((slf, obj))?
-            .unbind())
+        bind_method(py, slf.into_any(), obj)
     }
+}
+
+// `@breaker` on a coroutine function. Each call returns a `GuardedCall`,
+// an awaitable that takes its permit when it is first awaited (or raises
+// `BreakerOpen` there, closing the unstarted coroutine), drives the
+// function's coroutine step by step, and records the verdict when it ends:
+// success if it returns, failure if it raises an `Exception`, none if it is
+// cancelled, closed or interrupted. Native rather than an `async def`
+// wrapper: no second frame per call, and a coroutine that returns `None`
+// ends without a `StopIteration` object. It reads as a coroutine function
+// to `inspect` and `asyncio` (it is function-like: `__code__` and the
+// rest are the function's). No class docstring: `__doc__` is the
+// function's.
+#[allow(missing_docs)]
+#[pyclass(module = "tailguard._native", name = "GuardedAsync", frozen)]
+struct PyGuardedAsync {
+    breaker: tailguard::Breaker,
+    func: Py<PyAny>,
+}
+
+py_type!(coroutine_type, "types", "CoroutineType");
+
+#[pymethods]
+impl PyGuardedAsync {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        slf: &Bound<'_, Self>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyGuardedCall> {
+        let py = slf.py();
+        let func = slf.get().func.bind(py);
+        let awaitable = func.call(args, kwargs)?;
+        // A native coroutine is sent to directly (what `await` does);
+        // another awaitable through its `__await__()` iterator.
+        let iter = if awaitable.get_type().is(coroutine_type(py)?) {
+            awaitable
+        } else {
+            match awaitable.getattr(pyo3::intern!(py, "__await__")) {
+                Ok(m) => m.call0()?,
+                Err(_) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "@breaker on a coroutine function: {} returned {}, not an awaitable \
+                         (no verdict recorded)",
+                        func.repr()?,
+                        awaitable.get_type().name()?
+                    )))
+                }
+            }
+        };
+        Ok(PyGuardedCall {
+            guard: slf.clone().unbind(),
+            iter: Some(iter.unbind()),
+            permit: None,
+            started: false,
+        })
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let name = self.breaker.name().map(|n| format!(" by {n:?}")).unwrap_or_default();
+        Ok(format!("<guarded{name} {}>", self.func.bind(py).repr()?))
+    }
+    #[getter]
+    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
+        self.func.clone_ref(py)
+    }
+    #[getter]
+    fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__name__")?.unbind())
+    }
+    #[getter]
+    fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__qualname__")?.unbind())
+    }
+    #[getter]
+    fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__doc__")?.unbind())
+    }
+    // The function's own, so that `inspect.iscoroutinefunction` (and so
+    // `asyncio`'s, and frameworks that ask) sees a coroutine function.
+    #[getter]
+    fn __code__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__code__")?.unbind())
+    }
+    #[getter]
+    fn __defaults__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__defaults__")?.unbind())
+    }
+    #[getter]
+    fn __kwdefaults__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__kwdefaults__")?.unbind())
+    }
+    #[getter]
+    fn __annotations__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.func.bind(py).getattr("__annotations__")?.unbind())
+    }
+    /// Bound as a method when it decorates one.
+    fn __get__(
+        slf: Py<Self>,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        _owner: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        bind_method(py, slf.into_any(), obj)
+    }
+}
+
+/// One call of a coroutine function guarded by `@breaker`: await it (once).
+/// It takes its permit when first awaited, and is a coroutine to
+/// `asyncio` (`create_task`, `gather`): `send`, `throw` and `close`
+/// forward to the function's coroutine.
+#[pyclass(module = "tailguard._native", name = "GuardedCall")]
+struct PyGuardedCall {
+    guard: Py<PyGuardedAsync>,
+    /// The function's coroutine (or its awaitable's iterator); `None` once
+    /// it has ended.
+    iter: Option<Py<PyAny>>,
+    permit: Option<tailguard::OwnedPermit>,
+    started: bool,
+}
+
+/// How a step of the guarded coroutine ended. (`Bound`, not `Py`: a
+/// `Bound` is dropped with a plain decref, a `Py` first asks whether the
+/// thread is attached.)
+enum Step<'py> {
+    Yielded(Bound<'py, PyAny>),
+    Returned(Bound<'py, PyAny>),
+}
+
+impl PyGuardedCall {
+    /// Takes the permit on the first step; a rejection closes the unstarted
+    /// coroutine (no "never awaited" warning: it was refused, not lost).
+    fn admit(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.started {
+            return Ok(());
+        }
+        self.started = true;
+        match self.guard.get().breaker.allow_owned() {
+            Ok(p) => {
+                self.permit = Some(p);
+                Ok(())
+            }
+            Err(r) => {
+                if let Some(it) = self.iter.take() {
+                    if let Err(e) = close_iter(it.bind(py)) {
+                        e.write_unraisable(py, Some(it.bind(py)));
+                    }
+                }
+                Err(rejected_err(py, r))
+            }
+        }
+    }
+
+    /// The verdict of a step: nothing while it runs, success when it
+    /// returns, failure when it raises an `Exception`, none when it is
+    /// interrupted (`CancelledError`, `KeyboardInterrupt`, ...).
+    fn settle<'py>(&mut self, py: Python<'py>, step: PyResult<Step<'py>>) -> PyResult<Step<'py>> {
+        match &step {
+            Ok(Step::Yielded(_)) => {}
+            Ok(Step::Returned(_)) => {
+                drop(self.iter.take().map(|i| i.into_bound(py)));
+                if let Some(p) = self.permit.take() {
+                    p.record(true);
+                }
+            }
+            Err(e) => {
+                drop(self.iter.take().map(|i| i.into_bound(py)));
+                if let Some(p) = self.permit.take() {
+                    if e.is_instance_of::<PyException>(py) {
+                        p.record(false);
+                    } else {
+                        p.abandon();
+                    }
+                }
+            }
+        }
+        step
+    }
+
+    fn send_value<'py>(&mut self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
+        self.admit(py)?;
+        let step = match &self.iter {
+            Some(iter) => send(iter.bind(py), value),
+            None => return Err(PyRuntimeError::new_err("cannot reuse an already awaited guarded call")),
+        };
+        self.settle(py, step)
+    }
+}
+
+/// One step of `iter` with `value` sent in, the way `await` steps it
+/// (`PyIter_Send`: a coroutine that returns hands back its value with no
+/// `StopIteration` object made).
+fn send<'py>(iter: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
+    let py = iter.py();
+    let mut out: *mut pyo3::ffi::PyObject = std::ptr::null_mut();
+    // SAFETY: `iter` and `value` are live objects borrowed for the whole
+    // call, and the GIL is held (`py`). `PyIter_Send` leaves a new (owned)
+    // reference in `out` when it returns PYGEN_RETURN or PYGEN_NEXT, and
+    // NULL with an exception set when it returns PYGEN_ERROR; each owned
+    // reference is moved into a `Py` exactly once below.
+    unsafe {
+        match pyo3::ffi::PyIter_Send(iter.as_ptr(), value.as_ptr(), &mut out) {
+            pyo3::ffi::PySendResult::PYGEN_RETURN => Ok(Step::Returned(Bound::from_owned_ptr(py, out))),
+            pyo3::ffi::PySendResult::PYGEN_NEXT => Ok(Step::Yielded(Bound::from_owned_ptr(py, out))),
+            _ => Err(PyErr::fetch(py)),
+        }
+    }
+}
+
+fn close_iter(iter: &Bound<'_, PyAny>) -> PyResult<()> {
+    match iter.getattr(pyo3::intern!(iter.py(), "close")) {
+        Ok(close) => close.call0().map(drop),
+        Err(_) => Ok(()),
+    }
+}
+
+/// `StopIteration(value)`: how a step that returned ends a `send` or
+/// `throw`.
+fn stop_iteration(value: Bound<'_, PyAny>) -> PyErr {
+    pyo3::exceptions::PyStopIteration::new_err((value.unbind(),))
+}
+
+/// Whether `StopIteration` may be set with `value` itself rather than an
+/// exception object: CPython reads a bare value as the return value,
+/// except a tuple (read as the exception's arguments) or an exception
+/// (read as the exception itself).
+fn bare_stop_value(value: &Bound<'_, PyAny>) -> bool {
+    !(value.is_instance_of::<PyTuple>() || value.is_instance_of::<pyo3::exceptions::PyBaseException>())
+}
+
+#[pymethods]
+impl PyGuardedCall {
+    // Visible to the cycle collector: a coroutine that never ends can
+    // refer back to its own call (through its task, say).
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.guard)?;
+        if let Some(it) = &self.iter {
+            visit.call(it)?;
+        }
+        Ok(())
+    }
+    fn __clear__(&mut self) {
+        self.iter = None;
+    }
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.send_value(py, &py.None().into_bound(py))? {
+            Step::Yielded(v) => Ok(Some(v)),
+            // `None` ends the iteration with no exception at all.
+            Step::Returned(v) if v.is_none() => Ok(None),
+            Step::Returned(v) if bare_stop_value(&v) => {
+                // SAFETY: the GIL is held (`v` is bound to it) and `v` and
+                // the `StopIteration` type are live objects;
+                // `PyErr_SetObject` takes its own references to both. The
+                // `None` returned next is NULL to the interpreter: with
+                // this exception set, the iterator protocol's return of
+                // `v` (read by `await` without making the exception
+                // object, as a `StopIteration` built by PyO3 would be).
+                unsafe { pyo3::ffi::PyErr_SetObject(pyo3::ffi::PyExc_StopIteration, v.as_ptr()) };
+                Ok(None)
+            }
+            Step::Returned(v) => Err(stop_iteration(v)),
+        }
+    }
+    /// Sends `value` into the guarded coroutine (the coroutine protocol).
+    fn send<'py>(&mut self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match self.send_value(py, value)? {
+            Step::Yielded(v) => Ok(v),
+            Step::Returned(v) => Err(stop_iteration(v)),
+        }
+    }
+    /// Raises an exception inside the guarded coroutine (the coroutine
+    /// protocol: how a task is cancelled). Before the first step it takes
+    /// no permit: the call never started.
+    #[pyo3(signature = (typ, val = None, tb = None))]
+    fn throw<'py>(
+        &mut self,
+        py: Python<'py>,
+        typ: &Bound<'py, PyAny>,
+        val: Option<&Bound<'py, PyAny>>,
+        tb: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.started = true;
+        let Some(iter) = self.iter.as_ref().map(|i| i.clone_ref(py)) else {
+            return Err(thrown(typ, val));
+        };
+        let iter = iter.bind(py);
+        let step = match iter.getattr(pyo3::intern!(py, "throw")) {
+            Ok(throw) => {
+                let args = match (val, tb) {
+                    (None, None) => PyTuple::new(py, [typ])?,
+                    (Some(v), None) => PyTuple::new(py, [typ, v])?,
+                    (v, Some(tb)) => PyTuple::new(py, [typ, v.unwrap_or(&py.None().into_bound(py)), tb])?,
+                };
+                match throw.call1(args) {
+                    Ok(v) => Ok(Step::Yielded(v)),
+                    Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => {
+                        Ok(Step::Returned(e.value(py).getattr("value")?))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            // An iterator with no `throw`: the exception is raised here,
+            // where the call is awaited (as `yield from` does).
+            Err(_) => Err(thrown(typ, val)),
+        };
+        match self.settle(py, step)? {
+            Step::Yielded(v) => Ok(v),
+            Step::Returned(v) => Err(stop_iteration(v)),
+        }
+    }
+    /// Closes the guarded coroutine: no verdict (the call was cut short
+    /// by its caller).
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.started = true;
+        let permit = self.permit.take();
+        let closed = match self.iter.take() {
+            Some(it) => close_iter(it.bind(py)),
+            None => Ok(()),
+        };
+        if let Some(p) = permit {
+            p.abandon();
+        }
+        closed
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("<guarded call of {}>", self.guard.get().func.bind(py).repr()?))
+    }
+}
+
+/// The exception `throw(typ, val)` names, to raise where the call is
+/// awaited.
+fn thrown(typ: &Bound<'_, PyAny>, val: Option<&Bound<'_, PyAny>>) -> PyErr {
+    if typ.is_instance_of::<pyo3::exceptions::PyBaseException>() {
+        return PyErr::from_value(typ.clone());
+    }
+    let made = match val {
+        Some(v) if v.is_instance_of::<pyo3::exceptions::PyBaseException>() => Ok(v.clone()),
+        Some(v) if !v.is_none() => typ.call1((v,)),
+        _ => typ.call0(),
+    };
+    match made {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => e,
+    }
+}
+
+/// `types.MethodType(f, obj)`, or `f` itself when looked up on the class.
+fn bind_method(py: Python<'_>, f: Py<PyAny>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    if obj.is_none() {
+        return Ok(f);
+    }
+    static METHOD_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    Ok(METHOD_TYPE.import(py, "types", "MethodType")?.call1((f, obj))?.unbind())
 }
 
 // ----------------------------------------------------------------------
@@ -1425,6 +1776,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBreaker>()?;
     m.add_class::<PyPermit>()?;
     m.add_class::<PyGuarded>()?;
+    m.add_class::<PyGuardedAsync>()?;
+    m.add_class::<PyGuardedCall>()?;
     m.add_class::<PyDelivered>()?;
     m.add_class::<PyEmitter>()?;
     m.add_class::<PyInFlight>()?;
