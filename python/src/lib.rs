@@ -1021,7 +1021,7 @@ impl PyGuardedAsync {
 /// It takes its permit when first awaited, and is a coroutine to
 /// `asyncio` (`create_task`, `gather`): `send`, `throw` and `close`
 /// forward to the function's coroutine.
-#[pyclass(module = "tailguard._native", name = "GuardedCall")]
+#[pyclass(module = "tailguard._native", name = "GuardedCall", weakref)]
 struct PyGuardedCall {
     guard: Py<PyGuardedAsync>,
     /// The function's coroutine (or its awaitable's iterator); `None` once
