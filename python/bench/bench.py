@@ -22,7 +22,11 @@ Scenarios:
   instance (the attribute access binds the guarded function every call).
 * ``async``: one coroutine on one event loop (the default asyncio loop)
   awaits the guarded no-op coroutine ``n`` times.
-* ``async value``: the same, the coroutine returning a value (``1``)
+* ``async 2 threads``: two threads, each with its own event loop, await
+  the SAME guarded coroutine function (one shared breaker), started
+  together as in ``2 threads`` (the emitter is not in it: an emitter
+  belongs to one event loop).
+* ``async value``: the same as ``async``, the coroutine returning a value (``1``)
   rather than ``None`` (a guarded coroutine that returns something else
   than ``None`` costs tailguard a ``StopIteration`` per call; ``None``
   does not).
@@ -78,7 +82,7 @@ PEERS = ("pybreaker", "circuitbreaker", "aiobreaker")
 # The issue's goals: tailguard at least this many times cheaper per call.
 GOALS = {"pybreaker": 10.0, "circuitbreaker": 3.0}
 
-SCENARIOS = ("1 thread", "2 threads", "methods", "async", "async value")
+SCENARIOS = ("1 thread", "2 threads", "methods", "async", "async value", "async 2 threads")
 
 
 # ----------------------------------------------------------------------
@@ -274,6 +278,16 @@ def async_cases(s: str = "async") -> List[Case]:
     import circuitbreaker
     import tailguard
 
+    if s == "async 2 threads":
+        cases = [Case(s, "baseline", "bare call: `await anoop()`", "await anoop()", {"anoop": anoop}, is_async=True)]
+        cases.append(Case(s, "circuitbreaker", "`@circuit` on a coroutine", "await g()",
+                          {"g": circuitbreaker.circuit(anoop)}, is_async=True))
+        cases.append(Case(s, "aiobreaker", "`@breaker` on a coroutine", "await g()",
+                          {"g": aiobreaker.CircuitBreaker()(anoop)}, is_async=True))
+        tg = watch_breaker("async 2 threads tailguard @breaker", tailguard.Breaker())
+        cases.append(Case(s, "tailguard", "`@breaker` on a coroutine", "await g()", {"g": tg(anoop)},
+                          is_async=True, primary=True))
+        return cases
     if s == "async value":
         # The same rows, the coroutine returning 1 (no emitter row).
         cases = [Case(s, "baseline", "bare call: `await aone()`", "await aone()", {"aone": aone}, is_async=True)]
@@ -358,13 +372,13 @@ class Runner:
         gc_was = gc.isenabled()
         gc.disable()
         try:
+            if case.scenario.endswith("2 threads"):
+                return self._two_threads(case, n)
             if case.is_async:
                 t0, t1 = self.loop.run_until_complete(case.inner(it, timer))
                 return (t1 - t0) / n
-            if case.scenario != "2 threads":
-                t0, t1 = case.inner(it, timer)
-                return (t1 - t0) / n
-            return self._two_threads(case, n)
+            t0, t1 = case.inner(it, timer)
+            return (t1 - t0) / n
         finally:
             if gc_was:
                 gc.enable()
@@ -376,11 +390,18 @@ class Runner:
         errors: List[BaseException] = []
 
         def work() -> None:
+            loop = asyncio.new_event_loop() if case.is_async else None  # made before the start line
             try:
                 barrier.wait()
-                spans.append(case.inner(itertools.repeat(None, n), time.perf_counter))
+                if loop is not None:
+                    spans.append(loop.run_until_complete(case.inner(itertools.repeat(None, n), time.perf_counter)))
+                else:
+                    spans.append(case.inner(itertools.repeat(None, n), time.perf_counter))
             except BaseException as e:  # pragma: no cover - reported below
                 errors.append(e)
+            finally:
+                if loop is not None:
+                    loop.close()
 
         threads = [threading.Thread(target=work) for _ in range(2)]
         for t in threads:
@@ -392,7 +413,7 @@ class Runner:
         return (max(s[1] for s in spans) - min(s[0] for s in spans)) / n
 
     def calibrate(self, case: Case, target: float) -> None:
-        if case.scenario == "2 threads":
+        if case.scenario.endswith("2 threads"):
             target *= 10
         """Warms the case up and picks ``n`` so that a sample takes about
         ``target`` seconds."""
@@ -495,7 +516,7 @@ def tables(cases: List[Case]) -> List[Table]:
                 fmt_ns(med - base_med) if c is not base else "",
                 fmt_ratio(paired_ratio(c, tg)),
             ])
-        per = "per call per thread" if s == "2 threads" else "per call"
+        per = "per call per thread" if s.endswith("2 threads") else "per call"
         out.append(Table(
             f"{s}: ns {per} (median and min of {len(tg.samples)} rounds)",
             ["library", "way", "median ns", "min ns", "over bare call", "÷ tailguard @breaker"],
