@@ -662,6 +662,34 @@ impl PyBreaker {
         d.set_item("flapping", s.flapping)?;
         d.set_item("latency_threshold", secs(s.latency_threshold))?;
         d.set_item("latency_baseline", s.latency_baseline.map(secs))?;
+        let l = PyDict::new(py);
+        l.set_item("window", secs(s.limits.window))?;
+        l.set_item("latency_threshold", secs(s.limits.latency_threshold))?;
+        l.set_item("slow_fraction", s.limits.slow_fraction)?;
+        l.set_item("trip_windows", s.limits.trip_windows)?;
+        l.set_item("min_calls", s.limits.min_calls)?;
+        l.set_item("error_rate", s.limits.error_rate)?;
+        l.set_item("error_window", secs(s.limits.error_window))?;
+        l.set_item(
+            "failure_count",
+            s.limits.failure_count.map(|(n, within)| (n, secs(within))),
+        )?;
+        l.set_item(
+            "relative_latency",
+            s.limits.relative.map(|r| {
+                (
+                    r.multiplier,
+                    secs(r.floor),
+                    secs(r.ceiling),
+                    r.max_rise_per_hour,
+                    r.warmup,
+                    r.initial_baseline.map(secs),
+                )
+            }),
+        )?;
+        l.set_item("recovery_ramp", s.limits.recovery_ramp.map(secs))?;
+        d.set_item("limits", l)?;
+        d.set_item("ramp", s.ramp.map(|r| (r.admitted, secs(r.remaining))))?;
         py_fn(py, "_snapshot")?.call1((d,))
     }
 

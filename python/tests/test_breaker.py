@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from tailguard import Breaker, BreakerOpen, Mode, Snapshot, State, Transition
+from tailguard import Breaker, BreakerOpen, Limits, Mode, Ramp, RelativeLatency, Snapshot, State, Transition
 
 from conftest import close_window
 
@@ -456,6 +456,38 @@ def test_snapshot_is_a_plain_frozen_value(clock):
     b.trip_now()
     assert s.state == State.CLOSED  # holds nothing of the breaker
     assert b.snapshot() != s
+
+
+def test_snapshot_limits_are_the_settings_as_built(clock):
+    b = Breaker(clock=clock, window=0.5, latency_threshold=0.05, quantile=0.9, trip_windows=3, min_calls=7,
+                error_rate=0.25, error_window=1.2, failure_count=(4, 2.0))
+    lim = b.snapshot().limits
+    assert isinstance(lim, Limits)
+    assert (lim.window, lim.latency_threshold, lim.trip_windows, lim.min_calls, lim.error_rate) == (
+        0.5, 0.05, 3, 7, 0.25)
+    assert lim.slow_fraction == pytest.approx(0.1)
+    assert lim.error_window == 1.5  # rounded up to whole windows, as the breaker judges it
+    assert lim.failure_count == (4, 2.0) and lim.relative_latency is None and lim.recovery_ramp is None
+    rel = Breaker(clock=clock, relative_latency={"multiplier": 3.0, "warmup": 2}, recovery_ramp=4.0).snapshot().limits
+    assert isinstance(rel.relative_latency, RelativeLatency)
+    assert (rel.relative_latency.multiplier, rel.relative_latency.warmup) == (3.0, 2)
+    assert rel.recovery_ramp == 4.0
+    assert pickle.loads(pickle.dumps(rel)) == rel
+
+
+def test_snapshot_shows_the_ramp_while_it_runs(clock):
+    b = Breaker(clock=clock, recovery_ramp=4.0, success_to_close=1)
+    assert b.snapshot().ramp is None
+    b.trip_now()
+    clock.advance(1.0)
+    b.allow().record(True)  # the probe closes it: the ramp starts
+    clock.advance(1.0)
+    r = b.snapshot().ramp
+    assert isinstance(r, Ramp)
+    assert r.remaining == 3.0 and 0.0 < r.admitted < 1.0
+    clock.advance(3.0)
+    b.tick()
+    assert b.snapshot().ramp is None
 
 
 def test_transition_is_a_plain_value(clock):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from ._native import Delivered
 
@@ -130,6 +130,56 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class RelativeLatency:
+    """The relative latency rule's settings, as built (the ``relative_latency``
+    setting): a call is slow over ``multiplier`` times the healthy P99 the
+    breaker learned, kept within ``floor`` and ``ceiling`` seconds."""
+
+    multiplier: float
+    floor: float
+    ceiling: float
+    max_rise_per_hour: float
+    warmup: int
+    """Healthy windows learned before the rule judges."""
+    initial_baseline: Optional[float]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The settings a breaker judges its windows by, as built (spans rounded
+    to whole windows, as the breaker uses them; seconds where a time): with
+    them, whoever reads a snapshot (a dashboard, an alert) can tell whether
+    a window breached without knowing the configuration."""
+
+    window: float
+    latency_threshold: float
+    """A call slower than this is slow (with the relative rule: the
+    ceiling; ``Snapshot.latency_threshold`` is the one in force)."""
+    slow_fraction: float
+    """A window breaches when more than this fraction of its calls is slow
+    (``1 - quantile``)."""
+    trip_windows: int
+    min_calls: int
+    error_rate: float
+    error_window: float
+    failure_count: Optional[Tuple[int, float]]
+    """``(failures, within seconds)`` that trip, if set."""
+    relative_latency: Optional[RelativeLatency]
+    recovery_ramp: Optional[float]
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """A recovery ramp under way: traffic handed back gradually after the
+    breaker closed."""
+
+    admitted: float
+    """The share of calls admitted now, from 0 at the close to 1 at the end."""
+    remaining: float
+    """Seconds until the ramp ends."""
+
+
+@dataclass(frozen=True)
 class Rejections:
     """Calls the breaker turned away since it was built, by reason."""
 
@@ -171,6 +221,10 @@ class Snapshot:
     flapping: bool
     latency_threshold: float
     latency_baseline: Optional[float]
+    limits: Limits
+    """The settings the window counts are judged by."""
+    ramp: Optional[Ramp]
+    """The recovery ramp, while one runs (``recovery_ramp`` setting)."""
 
 
 @dataclass(frozen=True)
@@ -311,8 +365,15 @@ def _snapshot(d: dict) -> Snapshot:
             "window": WindowStats(latency=None if lat is None else LatencyQuantiles(*lat), **w),
             "totals": Totals(**d["totals"]),
             "rejections": Rejections(**d["rejections"]),
+            "limits": _limits(d["limits"]),
+            "ramp": None if d["ramp"] is None else Ramp(*d["ramp"]),
         }
     )
+
+
+def _limits(d: dict) -> Limits:
+    rel = d["relative_latency"]
+    return Limits(**{**d, "relative_latency": None if rel is None else RelativeLatency(*rel)})
 
 
 def _transition(from_state, to, from_mode, to_mode, generation, reason, at, flapping) -> Transition:
