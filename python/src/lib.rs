@@ -1118,6 +1118,13 @@ impl PyGuardedCall {
     }
 
     fn send_value<'py>(&mut self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
+        if !self.started && !value.is_none() {
+            // The caller's mistake, refused before the breaker is asked
+            // (as a coroutine refuses it): no permit, no verdict.
+            return Err(PyTypeError::new_err(
+                "can't send non-None value to a just-started guarded call",
+            ));
+        }
         self.admit(py)?;
         let step = match &self.iter {
             Some(iter) => send(iter.bind(py), value),

@@ -206,6 +206,23 @@ async def test_an_exception_thrown_in_and_handled_by_the_coroutine_is_no_verdict
     assert totals(b, clock) == (1, 0, 0, 0)
 
 
+async def test_a_first_send_of_a_value_is_refused_with_no_permit_taken(clock):
+    b = Breaker(clock=clock, half_open_probes=1)
+
+    @b
+    async def send():
+        return 1
+
+    b.trip_now()
+    clock.advance(1.0)
+    call = send()
+    with pytest.raises(TypeError, match="non-None"):
+        call.send("too early")
+    assert b.snapshot().probes_in_flight == 0
+    assert await call == 1  # still usable, as a coroutine is
+    assert totals(b, clock) == (1, 0, 0, 0)
+
+
 async def test_a_call_awaited_twice_raises_and_is_judged_once(clock):
     b = Breaker(clock=clock)
 
