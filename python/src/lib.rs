@@ -747,18 +747,30 @@ impl PyBreaker {
                  out of the breaker's sight (guard the function that consumes it, or take a permit by hand)",
             ));
         }
-        if is("iscoroutinefunction")? {
+        let builtins = py.import("builtins")?;
+        if func.is_instance(&builtins.getattr("staticmethod")?)?
+            || func.is_instance(&builtins.getattr("classmethod")?)?
+        {
+            return Err(PyTypeError::new_err(
+                "@breaker goes under @staticmethod and @classmethod, not over them: \
+                 write @staticmethod (or @classmethod) on top, then @breaker, then the function",
+            ));
+        }
+        let guarded = if is("iscoroutinefunction")? {
             let guarded = PyGuardedAsync {
                 breaker: slf.get().breaker.clone(),
-                func: func.unbind(),
+                func: func.clone().unbind(),
             };
-            return Ok(Bound::new(py, guarded)?.into_any());
-        }
-        let guarded = PyGuarded {
-            breaker: slf.get().breaker.clone(),
-            func: func.unbind(),
+            Bound::new(py, guarded)?.into_any()
+        } else {
+            let guarded = PyGuarded {
+                breaker: slf.get().breaker.clone(),
+                func: func.clone().unbind(),
+            };
+            Bound::new(py, guarded)?.into_any()
         };
-        Ok(Bound::new(py, guarded)?.into_any())
+        copy_function_attrs(&guarded, &func)?;
+        Ok(guarded)
     }
 
     /// The healthy latency the relative rule learned, in seconds (`None`
@@ -883,7 +895,7 @@ impl PyPermit {
 // failure if it raises an `Exception`, with its latency. No class
 // docstring: `__doc__` is the function's (the getter below).
 #[allow(missing_docs)]
-#[pyclass(module = "tailguard._native", name = "Guarded", frozen)]
+#[pyclass(module = "tailguard._native", name = "Guarded", frozen, dict, weakref)]
 struct PyGuarded {
     breaker: tailguard::Breaker,
     func: Py<PyAny>,
@@ -915,8 +927,10 @@ impl PyGuarded {
         }
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let name = self.breaker.name().map(|n| format!(" by {n:?}")).unwrap_or_default();
-        Ok(format!("<guarded{name} {}>", self.func.bind(py).repr()?))
+        guarded_repr(&self.breaker, self.func.bind(py))
+    }
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.func)
     }
     #[getter]
     fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
@@ -924,7 +938,11 @@ impl PyGuarded {
     }
     #[getter]
     fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__name__")?.unbind())
+        func_attr(self.func.bind(py), "__name__")
+    }
+    #[getter]
+    fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        func_attr(self.func.bind(py), "__qualname__")
     }
     #[getter]
     fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -941,19 +959,72 @@ impl PyGuarded {
     }
 }
 
+fn guarded_repr(breaker: &tailguard::Breaker, func: &Bound<'_, PyAny>) -> PyResult<String> {
+    let name = breaker.name().map(|n| format!(" by {n:?}")).unwrap_or_default();
+    Ok(format!("<guarded{name} {}>", func.repr()?))
+}
+
+py_type!(partial_type, "functools", "partial");
+py_type!(method_type, "types", "MethodType");
+
+/// The function whose code `func` runs, through `functools.partial` and
+/// bound methods (as `inspect` unwraps them to find a coroutine's code).
+fn code_owner<'py>(func: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = func.py();
+    let mut f = func.clone();
+    for _ in 0..64 {
+        if f.is_instance(partial_type(py)?)? {
+            f = f.getattr(pyo3::intern!(py, "func"))?;
+        } else if f.is_instance(method_type(py)?)? {
+            f = f.getattr(pyo3::intern!(py, "__func__"))?;
+        } else {
+            break;
+        }
+    }
+    Ok(f)
+}
+
+/// `func`'s own attribute `name`, or else that of the function it runs (a
+/// `functools.partial` has no `__name__`).
+fn func_attr(func: &Bound<'_, PyAny>, name: &str) -> PyResult<Py<PyAny>> {
+    match func.getattr(name) {
+        Ok(v) => Ok(v.unbind()),
+        Err(e) => match code_owner(func)?.getattr(name) {
+            Ok(v) => Ok(v.unbind()),
+            Err(_) => Err(e),
+        },
+    }
+}
+
+/// What `functools.wraps` copies besides the getters: the function's
+/// `__module__` and its attributes (frameworks mark functions so), into
+/// the guarded function's own `__dict__`, where more can be set.
+fn copy_function_attrs(guarded: &Bound<'_, PyAny>, func: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = guarded.py();
+    let d = guarded.getattr(pyo3::intern!(py, "__dict__"))?;
+    if let Ok(fd) = func.getattr(pyo3::intern!(py, "__dict__")) {
+        d.call_method1(pyo3::intern!(py, "update"), (fd,))?;
+    }
+    if let Ok(m) = func.getattr(pyo3::intern!(py, "__module__")) {
+        d.set_item(pyo3::intern!(py, "__module__"), m)?;
+    }
+    Ok(())
+}
+
 // `@breaker` on a coroutine function. Each call returns a `GuardedCall`,
 // an awaitable that takes its permit when it is first awaited (or raises
 // `BreakerOpen` there, closing the unstarted coroutine), drives the
 // function's coroutine step by step, and records the verdict when it ends:
 // success if it returns, failure if it raises an `Exception`, none if it is
-// cancelled, closed or interrupted. Native rather than an `async def`
-// wrapper: no second frame per call, and a coroutine that returns `None`
-// ends without a `StopIteration` object. It reads as a coroutine function
-// to `inspect` and `asyncio` (it is function-like: `__code__` and the
-// rest are the function's). No class docstring: `__doc__` is the
-// function's.
+// cancelled, closed, collected or interrupted. Native rather than an
+// `async def` wrapper: no second frame per call, and a coroutine that
+// returns `None` ends without a `StopIteration` object. It reads as a
+// coroutine function to `inspect` and `asyncio` (it is function-like:
+// `__code__` and the rest are the function's), but it is not a Python
+// function (`inspect.isfunction` is false). No class docstring: `__doc__`
+// is the function's.
 #[allow(missing_docs)]
-#[pyclass(module = "tailguard._native", name = "GuardedAsync", frozen)]
+#[pyclass(module = "tailguard._native", name = "GuardedAsync", frozen, dict, weakref)]
 struct PyGuardedAsync {
     breaker: tailguard::Breaker,
     func: Py<PyAny>,
@@ -997,8 +1068,10 @@ impl PyGuardedAsync {
         })
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let name = self.breaker.name().map(|n| format!(" by {n:?}")).unwrap_or_default();
-        Ok(format!("<guarded{name} {}>", self.func.bind(py).repr()?))
+        guarded_repr(&self.breaker, self.func.bind(py))
+    }
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.func)
     }
     #[getter]
     fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
@@ -1006,33 +1079,34 @@ impl PyGuardedAsync {
     }
     #[getter]
     fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__name__")?.unbind())
+        func_attr(self.func.bind(py), "__name__")
     }
     #[getter]
     fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__qualname__")?.unbind())
+        func_attr(self.func.bind(py), "__qualname__")
     }
     #[getter]
     fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(self.func.bind(py).getattr("__doc__")?.unbind())
     }
-    // The function's own, so that `inspect.iscoroutinefunction` (and so
-    // `asyncio`'s, and frameworks that ask) sees a coroutine function.
+    // The code's own (through a `functools.partial`), so that
+    // `inspect.iscoroutinefunction` (and so `asyncio`'s, and frameworks
+    // that ask) sees a coroutine function.
     #[getter]
     fn __code__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__code__")?.unbind())
+        func_attr(self.func.bind(py), "__code__")
     }
     #[getter]
     fn __defaults__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__defaults__")?.unbind())
+        func_attr(self.func.bind(py), "__defaults__")
     }
     #[getter]
     fn __kwdefaults__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__kwdefaults__")?.unbind())
+        func_attr(self.func.bind(py), "__kwdefaults__")
     }
     #[getter]
     fn __annotations__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__annotations__")?.unbind())
+        func_attr(self.func.bind(py), "__annotations__")
     }
     /// Bound as a method when it decorates one.
     fn __get__(
@@ -1059,12 +1133,29 @@ struct PyGuardedCall {
     started: bool,
 }
 
+/// Collected mid-flight (its coroutine is closed by its own finalizer
+/// next): no verdict, as when it is closed or cancelled.
+impl Drop for PyGuardedCall {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            p.abandon();
+        }
+    }
+}
+
 /// How a step of the guarded coroutine ended. (`Bound`, not `Py`: a
 /// `Bound` is dropped with a plain decref, a `Py` first asks whether the
 /// thread is attached.)
 enum Step<'py> {
     Yielded(Bound<'py, PyAny>),
     Returned(Bound<'py, PyAny>),
+}
+
+/// The call, for a step: a call that is running (it awaits, sends into or
+/// closes itself) refuses, as a running coroutine does.
+fn executing<'py>(slf: &Bound<'py, PyGuardedCall>) -> PyResult<PyRefMut<'py, PyGuardedCall>> {
+    slf.try_borrow_mut()
+        .map_err(|_| PyValueError::new_err("guarded call already executing"))
 }
 
 impl PyGuardedCall {
@@ -1105,16 +1196,22 @@ impl PyGuardedCall {
             }
             Err(e) => {
                 drop(self.iter.take().map(|i| i.into_bound(py)));
-                if let Some(p) = self.permit.take() {
-                    if e.is_instance_of::<PyException>(py) {
-                        p.record(false);
-                    } else {
-                        p.abandon();
-                    }
-                }
+                self.judge(py, e);
             }
         }
         step
+    }
+
+    /// The verdict of a call ended by `e`: a failure if it is an
+    /// `Exception`, none otherwise.
+    fn judge(&mut self, py: Python<'_>, e: &PyErr) {
+        if let Some(p) = self.permit.take() {
+            if e.is_instance_of::<PyException>(py) {
+                p.record(false);
+            } else {
+                p.abandon();
+            }
+        }
     }
 
     fn send_value<'py>(&mut self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
@@ -1144,7 +1241,7 @@ fn send<'py>(iter: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>) -> PyResult<St
     // call, and the GIL is held (`py`). `PyIter_Send` leaves a new (owned)
     // reference in `out` when it returns PYGEN_RETURN or PYGEN_NEXT, and
     // NULL with an exception set when it returns PYGEN_ERROR; each owned
-    // reference is moved into a `Py` exactly once below.
+    // reference is moved into a `Bound` exactly once below.
     unsafe {
         match pyo3::ffi::PyIter_Send(iter.as_ptr(), value.as_ptr(), &mut out) {
             pyo3::ffi::PySendResult::PYGEN_RETURN => Ok(Step::Returned(Bound::from_owned_ptr(py, out))),
@@ -1189,14 +1286,26 @@ impl PyGuardedCall {
     fn __clear__(&mut self) {
         self.iter = None;
     }
-    fn __await__(slf: Py<Self>) -> Py<Self> {
-        slf
+    /// Itself, to be awaited once: a call another awaiter is stepping
+    /// (started, not ended) refuses a second, as a coroutine does.
+    fn __await__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        let this = slf
+            .try_borrow()
+            .map_err(|_| PyValueError::new_err("guarded call already executing"))?;
+        if this.started && this.iter.is_some() {
+            return Err(PyRuntimeError::new_err(format!(
+                "guarded call of {} is being awaited already",
+                this.guard.get().func.bind(slf.py()).repr()?
+            )));
+        }
+        Ok(slf.clone())
     }
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        match self.send_value(py, &py.None().into_bound(py))? {
+    fn __next__<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = slf.py();
+        match executing(slf)?.send_value(py, &py.None().into_bound(py))? {
             Step::Yielded(v) => Ok(Some(v)),
             // `None` ends the iteration with no exception at all.
             Step::Returned(v) if v.is_none() => Ok(None),
@@ -1215,8 +1324,8 @@ impl PyGuardedCall {
         }
     }
     /// Sends `value` into the guarded coroutine (the coroutine protocol).
-    fn send<'py>(&mut self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        match self.send_value(py, value)? {
+    fn send<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match executing(slf)?.send_value(slf.py(), value)? {
             Step::Yielded(v) => Ok(v),
             Step::Returned(v) => Err(stop_iteration(v)),
         }
@@ -1226,14 +1335,15 @@ impl PyGuardedCall {
     /// no permit: the call never started.
     #[pyo3(signature = (typ, val = None, tb = None))]
     fn throw<'py>(
-        &mut self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         typ: &Bound<'py, PyAny>,
         val: Option<&Bound<'py, PyAny>>,
         tb: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.started = true;
-        let Some(iter) = self.iter.as_ref().map(|i| i.clone_ref(py)) else {
+        let py = slf.py();
+        let mut this = executing(slf)?;
+        this.started = true;
+        let Some(iter) = this.iter.as_ref().map(|i| i.clone_ref(py)) else {
             return Err(thrown(typ, val));
         };
         let iter = iter.bind(py);
@@ -1256,28 +1366,84 @@ impl PyGuardedCall {
             // where the call is awaited (as `yield from` does).
             Err(_) => Err(thrown(typ, val)),
         };
-        match self.settle(py, step)? {
+        match this.settle(py, step)? {
             Step::Yielded(v) => Ok(v),
             Step::Returned(v) => Err(stop_iteration(v)),
         }
     }
     /// Closes the guarded coroutine: no verdict (the call was cut short
-    /// by its caller).
-    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.started = true;
-        let permit = self.permit.take();
-        let closed = match self.iter.take() {
-            Some(it) => close_iter(it.bind(py)),
-            None => Ok(()),
+    /// by its caller), unless the coroutine raises an `Exception` as it
+    /// closes (a failure, as when it raises one as it is cancelled).
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let mut this = executing(slf)?;
+        this.started = true;
+        let Some(it) = this.iter.take() else {
+            return Ok(());
         };
-        if let Some(p) = permit {
-            p.abandon();
+        let closed = close_iter(it.bind(py));
+        match &closed {
+            Err(e) => this.judge(py, e),
+            Ok(()) => {
+                if let Some(p) = this.permit.take() {
+                    p.abandon();
+                }
+            }
         }
         closed
     }
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!("<guarded call of {}>", self.guard.get().func.bind(py).repr()?))
+    /// The guarded function's name (what a task's repr shows).
+    #[getter]
+    fn __name__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        match slf.try_borrow() {
+            Ok(this) => func_attr(this.guard.get().func.bind(slf.py()), "__name__"),
+            Err(_) => Ok(pyo3::intern!(slf.py(), "GuardedCall").clone().into_any().unbind()),
+        }
     }
+    /// The guarded function's qualified name.
+    #[getter]
+    fn __qualname__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        match slf.try_borrow() {
+            Ok(this) => func_attr(this.guard.get().func.bind(slf.py()), "__qualname__"),
+            Err(_) => Ok(pyo3::intern!(slf.py(), "GuardedCall").clone().into_any().unbind()),
+        }
+    }
+    /// The guarded coroutine's code, frame and what it awaits (`None` once
+    /// it has ended, or while it runs).
+    #[getter]
+    fn cr_code(slf: &Bound<'_, Self>) -> Option<Py<PyAny>> {
+        inner_attr(slf, "cr_code")
+    }
+    #[getter]
+    fn cr_frame(slf: &Bound<'_, Self>) -> Option<Py<PyAny>> {
+        inner_attr(slf, "cr_frame")
+    }
+    #[getter]
+    fn cr_await(slf: &Bound<'_, Self>) -> Option<Py<PyAny>> {
+        inner_attr(slf, "cr_await")
+    }
+    /// Whether the guarded coroutine is running now.
+    #[getter]
+    fn cr_running(slf: &Bound<'_, Self>) -> bool {
+        slf.try_borrow().is_err()
+    }
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        match slf.try_borrow() {
+            Ok(this) => Ok(format!(
+                "<guarded call of {}>",
+                this.guard.get().func.bind(slf.py()).repr()?
+            )),
+            Err(_) => Ok("<guarded call (running)>".into()),
+        }
+    }
+}
+
+/// An attribute of the guarded coroutine, if it has one and the call is
+/// not running.
+fn inner_attr(slf: &Bound<'_, PyGuardedCall>, name: &str) -> Option<Py<PyAny>> {
+    let this = slf.try_borrow().ok()?;
+    let it = this.iter.as_ref()?;
+    it.bind(slf.py()).getattr(name).ok().map(Bound::unbind)
 }
 
 /// The exception `throw(typ, val)` names, to raise where the call is
@@ -1302,8 +1468,7 @@ fn bind_method(py: Python<'_>, f: Py<PyAny>, obj: &Bound<'_, PyAny>) -> PyResult
     if obj.is_none() {
         return Ok(f);
     }
-    static METHOD_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-    Ok(METHOD_TYPE.import(py, "types", "MethodType")?.call1((f, obj))?.unbind())
+    Ok(method_type(py)?.call1((f, obj))?.unbind())
 }
 
 // ----------------------------------------------------------------------
