@@ -13,7 +13,7 @@
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple, PyType};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
@@ -734,6 +734,15 @@ impl PyBreaker {
     /// is taken when the call is awaited (`PyGuardedCall`).
     fn __call__<'py>(slf: &Bound<'py, Self>, func: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
+        let builtins = py.import("builtins")?;
+        if func.is_instance(&builtins.getattr("staticmethod")?)?
+            || func.is_instance(&builtins.getattr("classmethod")?)?
+        {
+            return Err(PyTypeError::new_err(
+                "@breaker goes under @staticmethod and @classmethod, not over them: \
+                 write @staticmethod (or @classmethod) on top, then @breaker, then the function",
+            ));
+        }
         if !func.is_callable() {
             return Err(PyTypeError::new_err(
                 "@breaker decorates a function (got a non-callable)",
@@ -747,29 +756,22 @@ impl PyBreaker {
                  out of the breaker's sight (guard the function that consumes it, or take a permit by hand)",
             ));
         }
-        let builtins = py.import("builtins")?;
-        if func.is_instance(&builtins.getattr("staticmethod")?)?
-            || func.is_instance(&builtins.getattr("classmethod")?)?
-        {
-            return Err(PyTypeError::new_err(
-                "@breaker goes under @staticmethod and @classmethod, not over them: \
-                 write @staticmethod (or @classmethod) on top, then @breaker, then the function",
-            ));
-        }
+        let attrs = guarded_attrs(&func)?;
         let guarded = if is("iscoroutinefunction")? {
             let guarded = PyGuardedAsync {
                 breaker: slf.get().breaker.clone(),
-                func: func.clone().unbind(),
+                func: func.unbind(),
+                attrs: attrs.clone().unbind(),
             };
             Bound::new(py, guarded)?.into_any()
         } else {
             let guarded = PyGuarded {
                 breaker: slf.get().breaker.clone(),
-                func: func.clone().unbind(),
+                func: func.unbind(),
+                attrs: attrs.clone().unbind(),
             };
             Bound::new(py, guarded)?.into_any()
         };
-        copy_function_attrs(&guarded, &func)?;
         Ok(guarded)
     }
 
@@ -895,10 +897,12 @@ impl PyPermit {
 // failure if it raises an `Exception`, with its latency. No class
 // docstring: `__doc__` is the function's (the getter below).
 #[allow(missing_docs)]
-#[pyclass(module = "tailguard._native", name = "Guarded", frozen, dict, weakref)]
+#[pyclass(module = "tailguard._native", name = "Guarded", frozen, weakref)]
 struct PyGuarded {
     breaker: tailguard::Breaker,
     func: Py<PyAny>,
+    /// Its `__dict__` (see [`guarded_attrs`]).
+    attrs: Py<PyDict>,
 }
 
 #[pymethods]
@@ -930,7 +934,17 @@ impl PyGuarded {
         guarded_repr(&self.breaker, self.func.bind(py))
     }
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        visit.call(&self.func)
+        visit.call(&self.func)?;
+        visit.call(&self.attrs)
+    }
+    fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+        attr_get(slf.as_any(), slf.get().attrs.bind(slf.py()), name)
+    }
+    fn __setattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        attr_set(slf.as_any(), slf.get().attrs.bind(slf.py()), name, value)
+    }
+    fn __delattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>) -> PyResult<()> {
+        attr_del(slf.get().attrs.bind(slf.py()), name)
     }
     #[getter]
     fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
@@ -996,19 +1010,85 @@ fn func_attr(func: &Bound<'_, PyAny>, name: &str) -> PyResult<Py<PyAny>> {
     }
 }
 
-/// What `functools.wraps` copies besides the getters: the function's
-/// `__module__` and its attributes (frameworks mark functions so), into
-/// the guarded function's own `__dict__`, where more can be set.
-fn copy_function_attrs(guarded: &Bound<'_, PyAny>, func: &Bound<'_, PyAny>) -> PyResult<()> {
-    let py = guarded.py();
-    let d = guarded.getattr(pyo3::intern!(py, "__dict__"))?;
+/// A guarded function's attributes, its `__dict__`: what `functools.wraps`
+/// copies besides the getters, the function's `__module__` and its
+/// attributes (frameworks mark functions so, `abc` marks abstract ones),
+/// and whatever is set on it later. A field, read and written through
+/// [`attr_get`], [`attr_set`] and [`attr_del`], rather than PyO3's `dict`
+/// option: `__traverse__` shows the field to the cycle collector (PyO3
+/// does not show the `dict` slot), so a cycle through an attribute is
+/// collected.
+fn guarded_attrs<'py>(func: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    let py = func.py();
+    let d = PyDict::new(py);
     if let Ok(fd) = func.getattr(pyo3::intern!(py, "__dict__")) {
         d.call_method1(pyo3::intern!(py, "update"), (fd,))?;
     }
     if let Ok(m) = func.getattr(pyo3::intern!(py, "__module__")) {
         d.set_item(pyo3::intern!(py, "__module__"), m)?;
     }
-    Ok(())
+    Ok(d)
+}
+
+py_type!(object_type, "builtins", "object");
+
+/// Attribute lookup on a guarded function: `__module__` from its
+/// attributes (the function's, as `functools.wraps` would set it: the
+/// class's own stays `tailguard._native`), then the object's own (the
+/// getters, methods), then its attributes.
+fn attr_get<'py>(
+    slf: &Bound<'py, PyAny>,
+    attrs: &Bound<'py, PyDict>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    if name.to_cow()? == "__module__" {
+        if let Some(m) = attrs.get_item(name)? {
+            return Ok(m);
+        }
+    }
+    match object_type(py)?
+        .getattr(pyo3::intern!(py, "__getattribute__"))?
+        .call1((slf, name))
+    {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => match attrs.get_item(name)? {
+            Some(v) => Ok(v),
+            None if name.to_cow()? == "__dict__" => Ok(attrs.clone().into_any()),
+            None => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets an attribute on a guarded function, as on a function, except the
+/// names its type defines (the function's own, read through the getters)
+/// and `__dict__`; `__module__` may be set.
+fn attr_set(
+    slf: &Bound<'_, PyAny>,
+    attrs: &Bound<'_, PyDict>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let n = name.to_cow()?;
+    if n != "__module__" && (n == "__dict__" || slf.get_type().getattr_opt(name)?.is_some()) {
+        return Err(pyo3::exceptions::PyAttributeError::new_err(format!(
+            "{} is read-only on a guarded function (it is its function's)",
+            name.repr()?
+        )));
+    }
+    attrs.set_item(name, value)
+}
+
+/// Deletes an attribute set on (or copied to) a guarded function.
+fn attr_del(attrs: &Bound<'_, PyDict>, name: &Bound<'_, PyString>) -> PyResult<()> {
+    if attrs.get_item(name)?.is_none() {
+        return Err(pyo3::exceptions::PyAttributeError::new_err(format!(
+            "the guarded function has no attribute {}",
+            name.repr()?
+        )));
+    }
+    attrs.del_item(name)
 }
 
 // `@breaker` on a coroutine function. Each call returns a `GuardedCall`,
@@ -1024,10 +1104,12 @@ fn copy_function_attrs(guarded: &Bound<'_, PyAny>, func: &Bound<'_, PyAny>) -> P
 // function (`inspect.isfunction` is false). No class docstring: `__doc__`
 // is the function's.
 #[allow(missing_docs)]
-#[pyclass(module = "tailguard._native", name = "GuardedAsync", frozen, dict, weakref)]
+#[pyclass(module = "tailguard._native", name = "GuardedAsync", frozen, weakref)]
 struct PyGuardedAsync {
     breaker: tailguard::Breaker,
     func: Py<PyAny>,
+    /// Its `__dict__` (see [`guarded_attrs`]).
+    attrs: Py<PyDict>,
 }
 
 py_type!(coroutine_type, "types", "CoroutineType");
@@ -1071,7 +1153,17 @@ impl PyGuardedAsync {
         guarded_repr(&self.breaker, self.func.bind(py))
     }
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        visit.call(&self.func)
+        visit.call(&self.func)?;
+        visit.call(&self.attrs)
+    }
+    fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+        attr_get(slf.as_any(), slf.get().attrs.bind(slf.py()), name)
+    }
+    fn __setattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        attr_set(slf.as_any(), slf.get().attrs.bind(slf.py()), name, value)
+    }
+    fn __delattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>) -> PyResult<()> {
+        attr_del(slf.get().attrs.bind(slf.py()), name)
     }
     #[getter]
     fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
@@ -1155,7 +1247,7 @@ enum Step<'py> {
 /// closes itself) refuses, as a running coroutine does.
 fn executing<'py>(slf: &Bound<'py, PyGuardedCall>) -> PyResult<PyRefMut<'py, PyGuardedCall>> {
     slf.try_borrow_mut()
-        .map_err(|_| PyValueError::new_err("guarded call already executing"))
+        .map_err(|_| PyValueError::new_err("coroutine already executing"))
 }
 
 impl PyGuardedCall {
@@ -1219,7 +1311,7 @@ impl PyGuardedCall {
             // The caller's mistake, refused before the breaker is asked
             // (as a coroutine refuses it): no permit, no verdict.
             return Err(PyTypeError::new_err(
-                "can't send non-None value to a just-started guarded call",
+                "can't send non-None value to a just-started coroutine",
             ));
         }
         self.admit(py)?;
@@ -1233,17 +1325,28 @@ impl PyGuardedCall {
 
 /// One step of `iter` with `value` sent in, the way `await` steps it
 /// (`PyIter_Send`: a coroutine that returns hands back its value with no
-/// `StopIteration` object made).
+/// `StopIteration` object made). Counted as a level of recursion, as the
+/// interpreter counts a frame: a guarded step takes more C stack than a
+/// plain `await`, and a guarded coroutine recursing without end must end
+/// in `RecursionError` before the thread's stack does.
 fn send<'py>(iter: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
     let py = iter.py();
     let mut out: *mut pyo3::ffi::PyObject = std::ptr::null_mut();
-    // SAFETY: `iter` and `value` are live objects borrowed for the whole
-    // call, and the GIL is held (`py`). `PyIter_Send` leaves a new (owned)
-    // reference in `out` when it returns PYGEN_RETURN or PYGEN_NEXT, and
-    // NULL with an exception set when it returns PYGEN_ERROR; each owned
-    // reference is moved into a `Bound` exactly once below.
+    // SAFETY: the GIL is held (`py`). `Py_EnterRecursiveCall` returns
+    // nonzero with `RecursionError` set (then nothing else is called), and
+    // each successful enter is matched by one `Py_LeaveRecursiveCall`.
+    // `iter` and `value` are live objects borrowed for the whole call.
+    // `PyIter_Send` leaves a new (owned) reference in `out` when it
+    // returns PYGEN_RETURN or PYGEN_NEXT, and NULL with an exception set
+    // when it returns PYGEN_ERROR; each owned reference is moved into a
+    // `Bound` exactly once below.
     unsafe {
-        match pyo3::ffi::PyIter_Send(iter.as_ptr(), value.as_ptr(), &mut out) {
+        if pyo3::ffi::Py_EnterRecursiveCall(c" in a guarded call".as_ptr()) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let sent = pyo3::ffi::PyIter_Send(iter.as_ptr(), value.as_ptr(), &mut out);
+        pyo3::ffi::Py_LeaveRecursiveCall();
+        match sent {
             pyo3::ffi::PySendResult::PYGEN_RETURN => Ok(Step::Returned(Bound::from_owned_ptr(py, out))),
             pyo3::ffi::PySendResult::PYGEN_NEXT => Ok(Step::Yielded(Bound::from_owned_ptr(py, out))),
             _ => Err(PyErr::fetch(py)),
@@ -1291,10 +1394,10 @@ impl PyGuardedCall {
     fn __await__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
         let this = slf
             .try_borrow()
-            .map_err(|_| PyValueError::new_err("guarded call already executing"))?;
+            .map_err(|_| PyValueError::new_err("coroutine already executing"))?;
         if this.started && this.iter.is_some() {
             return Err(PyRuntimeError::new_err(format!(
-                "guarded call of {} is being awaited already",
+                "coroutine is being awaited already (a guarded call of {})",
                 this.guard.get().func.bind(slf.py()).repr()?
             )));
         }
@@ -1331,8 +1434,11 @@ impl PyGuardedCall {
         }
     }
     /// Raises an exception inside the guarded coroutine (the coroutine
-    /// protocol: how a task is cancelled). Before the first step it takes
-    /// no permit: the call never started.
+    /// protocol: how a task is cancelled). Before the first step the call
+    /// never starts: the exception is raised here, the awaitable closed
+    /// unstarted, no permit taken (as a coroutine thrown into before it
+    /// starts raises at once; an awaitable's iterator that swallowed it
+    /// would otherwise run unguarded).
     #[pyo3(signature = (typ, val = None, tb = None))]
     fn throw<'py>(
         slf: &Bound<'py, Self>,
@@ -1342,7 +1448,15 @@ impl PyGuardedCall {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let mut this = executing(slf)?;
-        this.started = true;
+        if !this.started {
+            this.started = true;
+            if let Some(it) = this.iter.take() {
+                if let Err(e) = close_iter(it.bind(py)) {
+                    e.write_unraisable(py, Some(it.bind(py)));
+                }
+            }
+            return Err(thrown(typ, val));
+        }
         let Some(iter) = this.iter.as_ref().map(|i| i.clone_ref(py)) else {
             return Err(thrown(typ, val));
         };
