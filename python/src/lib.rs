@@ -1392,9 +1392,9 @@ impl PyGuardedCall {
     /// Itself, to be awaited once: a call another awaiter is stepping
     /// (started, not ended) refuses a second, as a coroutine does.
     fn __await__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        let this = slf
-            .try_borrow()
-            .map_err(|_| PyValueError::new_err("coroutine already executing"))?;
+        // A mutable borrow, though it only reads: one atomic operation
+        // where a shared borrow takes two.
+        let this = executing(slf)?;
         if this.started && this.iter.is_some() {
             return Err(PyRuntimeError::new_err(format!(
                 "coroutine is being awaited already (a guarded call of {})",
