@@ -278,27 +278,19 @@ def async_cases(s: str = "async") -> List[Case]:
     import circuitbreaker
     import tailguard
 
-    if s == "async 2 threads":
-        cases = [Case(s, "baseline", "bare call: `await anoop()`", "await anoop()", {"anoop": anoop}, is_async=True)]
-        cases.append(Case(s, "circuitbreaker", "`@circuit` on a coroutine", "await g()",
-                          {"g": circuitbreaker.circuit(anoop)}, is_async=True))
-        cases.append(Case(s, "aiobreaker", "`@breaker` on a coroutine", "await g()",
-                          {"g": aiobreaker.CircuitBreaker()(anoop)}, is_async=True))
-        tg = watch_breaker("async 2 threads tailguard @breaker", tailguard.Breaker())
-        cases.append(Case(s, "tailguard", "`@breaker` on a coroutine", "await g()", {"g": tg(anoop)},
-                          is_async=True, primary=True))
-        return cases
-    if s == "async value":
-        # The same rows, the coroutine returning 1 (no emitter row).
-        cases = [Case(s, "baseline", "bare call: `await aone()`", "await aone()", {"aone": aone}, is_async=True)]
-        cases.append(Case(s, "circuitbreaker", "`@circuit` on a coroutine returning 1", "await g()",
-                          {"g": circuitbreaker.circuit(aone)}, is_async=True))
-        cases.append(Case(s, "aiobreaker", "`@breaker` on a coroutine returning 1", "await g()",
-                          {"g": aiobreaker.CircuitBreaker()(aone)}, is_async=True))
-        tg = watch_breaker("async tailguard @breaker returning 1", tailguard.Breaker())
-        cases.append(Case(s, "tailguard", "`@breaker` on a coroutine returning 1", "await g()", {"g": tg(aone)},
-                          is_async=True, primary=True))
-        return cases
+    if s in ("async 2 threads", "async value"):
+        # The decorator rows only (an emitter belongs to one event loop),
+        # on the no-op coroutine or on one returning 1.
+        fn, what = (aone, " returning 1") if s == "async value" else (anoop, "")
+        way = f"`@breaker` on a coroutine{what}"
+        tg = watch_breaker(f"{s} tailguard @breaker", tailguard.Breaker())
+        return [
+            Case(s, "baseline", f"bare call: `await {fn.__name__}()`", "await f()", {"f": fn}, is_async=True),
+            Case(s, "circuitbreaker", f"`@circuit` on a coroutine{what}", "await g()",
+                 {"g": circuitbreaker.circuit(fn)}, is_async=True),
+            Case(s, "aiobreaker", way, "await g()", {"g": aiobreaker.CircuitBreaker()(fn)}, is_async=True),
+            Case(s, "tailguard", way, "await g()", {"g": tg(fn)}, is_async=True, primary=True),
+        ]
     cases = [
         Case(s, "baseline", "bare call: `await anoop()`", "await anoop()", {"anoop": anoop}, is_async=True),
         Case(s, "baseline", "bare call under `asyncio.timeout(1)`",

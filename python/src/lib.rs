@@ -892,6 +892,63 @@ impl PyPermit {
     }
 }
 
+/// The `#[pymethods]` of a guarded function (`Guarded`, `GuardedAsync`):
+/// the methods given, then those both have (what makes it read as its
+/// function: the names, the docstring, the attributes, binding as a
+/// method, the cycle collector's view). The `#[pymethods]` tokens are
+/// passed in from the call site: written inside the macro, PyO3's
+/// generated argument names fall foul of hygiene.
+macro_rules! guarded_methods {
+    ($pound:tt $attr:tt impl $ty:ident { $($own:tt)* }) => {
+        $pound $attr
+        impl $ty {
+            $($own)*
+
+            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+                guarded_repr(&self.breaker, self.func.bind(py))
+            }
+            fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+                visit.call(&self.func)?;
+                visit.call(&self.attrs)
+            }
+            fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+                attr_get(slf.as_any(), slf.get().attrs.bind(slf.py()), name)
+            }
+            fn __setattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+                attr_set(slf.as_any(), slf.get().attrs.bind(slf.py()), name, value)
+            }
+            fn __delattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>) -> PyResult<()> {
+                attr_del(slf.get().attrs.bind(slf.py()), name)
+            }
+            #[getter]
+            fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
+                self.func.clone_ref(py)
+            }
+            #[getter]
+            fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+                func_attr(self.func.bind(py), "__name__")
+            }
+            #[getter]
+            fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+                func_attr(self.func.bind(py), "__qualname__")
+            }
+            #[getter]
+            fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+                Ok(self.func.bind(py).getattr("__doc__")?.unbind())
+            }
+            /// Bound as a method when it decorates one.
+            fn __get__(
+                slf: Py<Self>,
+                py: Python<'_>,
+                obj: &Bound<'_, PyAny>,
+                _owner: &Bound<'_, PyAny>,
+            ) -> PyResult<Py<PyAny>> {
+                bind_method(py, slf.into_any(), obj)
+            }
+        }
+    };
+}
+
 // A function guarded by a breaker (`@breaker`): each call takes a permit
 // (or raises `BreakerOpen` without calling it) and records success, or
 // failure if it raises an `Exception`, with its latency. No class
@@ -905,6 +962,7 @@ struct PyGuarded {
     attrs: Py<PyDict>,
 }
 
+guarded_methods! {
 #[pymethods]
 impl PyGuarded {
     #[pyo3(signature = (*args, **kwargs))]
@@ -930,47 +988,7 @@ impl PyGuarded {
             }
         }
     }
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        guarded_repr(&self.breaker, self.func.bind(py))
-    }
-    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        visit.call(&self.func)?;
-        visit.call(&self.attrs)
-    }
-    fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
-        attr_get(slf.as_any(), slf.get().attrs.bind(slf.py()), name)
-    }
-    fn __setattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        attr_set(slf.as_any(), slf.get().attrs.bind(slf.py()), name, value)
-    }
-    fn __delattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>) -> PyResult<()> {
-        attr_del(slf.get().attrs.bind(slf.py()), name)
-    }
-    #[getter]
-    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
-        self.func.clone_ref(py)
-    }
-    #[getter]
-    fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        func_attr(self.func.bind(py), "__name__")
-    }
-    #[getter]
-    fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        func_attr(self.func.bind(py), "__qualname__")
-    }
-    #[getter]
-    fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__doc__")?.unbind())
-    }
-    /// Bound as a method when it decorates one.
-    fn __get__(
-        slf: Py<Self>,
-        py: Python<'_>,
-        obj: &Bound<'_, PyAny>,
-        _owner: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        bind_method(py, slf.into_any(), obj)
-    }
+}
 }
 
 fn guarded_repr(breaker: &tailguard::Breaker, func: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1114,6 +1132,7 @@ struct PyGuardedAsync {
 
 py_type!(coroutine_type, "types", "CoroutineType");
 
+guarded_methods! {
 #[pymethods]
 impl PyGuardedAsync {
     #[pyo3(signature = (*args, **kwargs))]
@@ -1149,38 +1168,6 @@ impl PyGuardedAsync {
             started: false,
         })
     }
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        guarded_repr(&self.breaker, self.func.bind(py))
-    }
-    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        visit.call(&self.func)?;
-        visit.call(&self.attrs)
-    }
-    fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
-        attr_get(slf.as_any(), slf.get().attrs.bind(slf.py()), name)
-    }
-    fn __setattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        attr_set(slf.as_any(), slf.get().attrs.bind(slf.py()), name, value)
-    }
-    fn __delattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>) -> PyResult<()> {
-        attr_del(slf.get().attrs.bind(slf.py()), name)
-    }
-    #[getter]
-    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
-        self.func.clone_ref(py)
-    }
-    #[getter]
-    fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        func_attr(self.func.bind(py), "__name__")
-    }
-    #[getter]
-    fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        func_attr(self.func.bind(py), "__qualname__")
-    }
-    #[getter]
-    fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(self.func.bind(py).getattr("__doc__")?.unbind())
-    }
     // The code's own (through a `functools.partial`), so that
     // `inspect.iscoroutinefunction` (and so `asyncio`'s, and frameworks
     // that ask) sees a coroutine function.
@@ -1200,15 +1187,7 @@ impl PyGuardedAsync {
     fn __annotations__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         func_attr(self.func.bind(py), "__annotations__")
     }
-    /// Bound as a method when it decorates one.
-    fn __get__(
-        slf: Py<Self>,
-        py: Python<'_>,
-        obj: &Bound<'_, PyAny>,
-        _owner: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        bind_method(py, slf.into_any(), obj)
-    }
+}
 }
 
 /// One call of a coroutine function guarded by `@breaker`: await it (once).
