@@ -1243,12 +1243,20 @@ impl PyGuardedCall {
                 Ok(())
             }
             Err(r) => {
-                if let Some(it) = self.iter.take() {
-                    if let Err(e) = close_iter(it.bind(py)) {
-                        e.write_unraisable(py, Some(it.bind(py)));
-                    }
-                }
+                self.close_unstarted(py);
                 Err(rejected_err(py, r))
+            }
+        }
+    }
+
+    /// Closes a coroutine that never ran (refused, or thrown into before
+    /// its first step): no "never awaited" warning, for it was not lost.
+    /// What its closing raises goes to `sys.unraisablehook`: the caller
+    /// gets the reason it was not run instead.
+    fn close_unstarted(&mut self, py: Python<'_>) {
+        if let Some(it) = self.iter.take() {
+            if let Err(e) = close_iter(it.bind(py)) {
+                e.write_unraisable(py, Some(it.bind(py)));
             }
         }
     }
@@ -1429,11 +1437,7 @@ impl PyGuardedCall {
         let mut this = executing(slf)?;
         if !this.started {
             this.started = true;
-            if let Some(it) = this.iter.take() {
-                if let Err(e) = close_iter(it.bind(py)) {
-                    e.write_unraisable(py, Some(it.bind(py)));
-                }
-            }
+            this.close_unstarted(py);
             return Err(thrown(typ, val));
         }
         let Some(iter) = this.iter.as_ref().map(|i| i.clone_ref(py)) else {
