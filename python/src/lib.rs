@@ -1162,10 +1162,11 @@ impl PyGuardedAsync {
             }
         };
         Ok(PyGuardedCall {
+            permit: GilCell::new(None),
+            iter: GilCell::new(Some(iter.unbind())),
+            started: GilCell::new(false),
+            running: GilCell::new(false),
             guard: slf.clone().unbind(),
-            iter: Some(iter.unbind()),
-            permit: None,
-            started: false,
         })
     }
     // The code's own (through a `functools.partial`), so that
@@ -1194,18 +1195,60 @@ impl PyGuardedAsync {
 /// It takes its permit when first awaited, and is a coroutine to
 /// `asyncio` (`create_task`, `gather`): `send`, `throw` and `close`
 /// forward to the function's coroutine.
-#[pyclass(module = "tailguard._native", name = "GuardedCall", weakref)]
+//
+// Frozen, its state in `GilCell`s: PyO3's borrow flag on a mutable class
+// is an atomic compare-and-swap per method call, two per await; a `Cell`
+// under the GIL is a plain load and store. No reference into a cell is
+// ever held: values are taken out and put back, so a step that calls
+// back into the call (or the cycle collector visiting it mid-step) finds
+// consistent state, and the `running` flag refuses re-entry.
+#[pyclass(module = "tailguard._native", name = "GuardedCall", frozen, weakref)]
 struct PyGuardedCall {
-    guard: Py<PyGuardedAsync>,
+    /// The permit, once taken. It borrows the breaker inside `guard`,
+    /// which this call keeps alive and never replaces (see `admit`).
+    permit: GilCell<Option<tailguard::Permit<'static>>>,
     /// The function's coroutine (or its awaitable's iterator); `None` once
-    /// it has ended.
-    iter: Option<Py<PyAny>>,
-    permit: Option<tailguard::OwnedPermit>,
-    started: bool,
+    /// it has ended, and taken out while a step runs.
+    iter: GilCell<Option<Py<PyAny>>>,
+    started: GilCell<bool>,
+    /// A step (or `close`) is running: the call refuses another.
+    running: GilCell<bool>,
+    guard: Py<PyGuardedAsync>,
+}
+
+/// A `Cell` that a frozen pyclass may hold: state touched only by
+/// methods of its object, which run with the GIL held.
+struct GilCell<T>(std::cell::Cell<T>);
+
+// The package is built for CPython with the GIL (the limited API, which
+// the free-threaded build does not have): `GilCell`'s soundness rests on it.
+#[cfg(Py_GIL_DISABLED)]
+compile_error!("tailguard's Python package needs a CPython build with the GIL (GilCell)");
+
+// SAFETY: a `GilCell` is only reached through the object that holds it,
+// from its methods, slots and `Drop`, which CPython calls with the GIL
+// held (the build has a GIL: checked above); so no two threads touch one
+// at the same time, and on one thread a `Cell` is sound under re-entry
+// (it hands out no references). `T: Send`: the value may be taken out on
+// one thread and dropped on another.
+unsafe impl<T: Send> Sync for GilCell<T> {}
+
+impl<T> GilCell<T> {
+    fn new(value: T) -> Self {
+        Self(std::cell::Cell::new(value))
+    }
+}
+
+impl<T> std::ops::Deref for GilCell<T> {
+    type Target = std::cell::Cell<T>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 /// Collected mid-flight (its coroutine is closed by its own finalizer
-/// next): no verdict, as when it is closed or cancelled.
+/// next): no verdict, as when it is closed or cancelled. (The permit goes
+/// here, before `guard`, whose breaker it borrows.)
 impl Drop for PyGuardedCall {
     fn drop(&mut self) {
         if let Some(p) = self.permit.take() {
@@ -1222,24 +1265,61 @@ enum Step<'py> {
     Returned(Bound<'py, PyAny>),
 }
 
-/// The call, for a step: a call that is running (it awaits, sends into or
-/// closes itself) refuses, as a running coroutine does.
-fn executing<'py>(slf: &Bound<'py, PyGuardedCall>) -> PyResult<PyRefMut<'py, PyGuardedCall>> {
-    slf.try_borrow_mut()
-        .map_err(|_| PyValueError::new_err("coroutine already executing"))
+/// The call marked running for as long as this lives (a step, a close).
+struct Running<'a>(&'a GilCell<bool>);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 impl PyGuardedCall {
+    /// Marks the call running: a call that is running (it awaits, sends
+    /// into or closes itself) refuses, as a running coroutine does.
+    fn enter(&self) -> PyResult<Running<'_>> {
+        if self.running.replace(true) {
+            return Err(PyValueError::new_err("coroutine already executing"));
+        }
+        Ok(Running(&self.running))
+    }
+
+    /// Whether the guarded coroutine has not ended (and is not running).
+    fn pending(&self) -> bool {
+        let it = self.iter.take();
+        let pending = it.is_some();
+        self.iter.set(it);
+        pending
+    }
+
+    /// The guarded coroutine, with a reference of its own (`None` once it
+    /// has ended, or while it runs).
+    fn iter_ref(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let it = self.iter.take();
+        let cloned = it.as_ref().map(|i| i.clone_ref(py));
+        self.iter.set(it);
+        cloned
+    }
+
     /// Takes the permit on the first step; a rejection closes the unstarted
     /// coroutine (no "never awaited" warning: it was refused, not lost).
-    fn admit(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.started {
+    fn admit(&self, py: Python<'_>) -> PyResult<()> {
+        if self.started.replace(true) {
             return Ok(());
         }
-        self.started = true;
-        match self.guard.get().breaker.allow_owned() {
+        let allowed = self.guard.get().breaker.allow().map(|p| {
+            // SAFETY: only the lifetime changes. The permit borrows the
+            // breaker (an `Arc`'s contents) held by the frozen
+            // `PyGuardedAsync` that `self.guard` keeps alive: `guard` is
+            // never replaced, a frozen class's fields never change, and
+            // the permit leaves `self` only to be consumed (recorded or
+            // abandoned) within a method of `self`, or in `Drop`, before
+            // the fields (so `guard`) are dropped.
+            unsafe { std::mem::transmute::<tailguard::Permit<'_>, tailguard::Permit<'static>>(p) }
+        });
+        match allowed {
             Ok(p) => {
-                self.permit = Some(p);
+                self.permit.set(Some(p));
                 Ok(())
             }
             Err(r) => {
@@ -1253,7 +1333,7 @@ impl PyGuardedCall {
     /// its first step): no "never awaited" warning, for it was not lost.
     /// What its closing raises goes to `sys.unraisablehook`: the caller
     /// gets the reason it was not run instead.
-    fn close_unstarted(&mut self, py: Python<'_>) {
+    fn close_unstarted(&self, py: Python<'_>) {
         if let Some(it) = self.iter.take() {
             if let Err(e) = close_iter(it.bind(py)) {
                 e.write_unraisable(py, Some(it.bind(py)));
@@ -1261,20 +1341,21 @@ impl PyGuardedCall {
         }
     }
 
-    /// The verdict of a step: nothing while it runs, success when it
-    /// returns, failure when it raises an `Exception`, none when it is
-    /// interrupted (`CancelledError`, `KeyboardInterrupt`, ...).
-    fn settle<'py>(&mut self, py: Python<'py>, step: PyResult<Step<'py>>) -> PyResult<Step<'py>> {
+    /// The verdict of a step of `iter` (taken out of the call for it):
+    /// nothing while it runs (`iter` goes back), success when it returns,
+    /// failure when it raises an `Exception`, none when it is interrupted
+    /// (`CancelledError`, `KeyboardInterrupt`, ...).
+    fn settle<'py>(&self, py: Python<'py>, iter: Bound<'py, PyAny>, step: PyResult<Step<'py>>) -> PyResult<Step<'py>> {
         match &step {
-            Ok(Step::Yielded(_)) => {}
+            Ok(Step::Yielded(_)) => self.iter.set(Some(iter.unbind())),
             Ok(Step::Returned(_)) => {
-                drop(self.iter.take().map(|i| i.into_bound(py)));
+                drop(iter);
                 if let Some(p) = self.permit.take() {
                     p.record(true);
                 }
             }
             Err(e) => {
-                drop(self.iter.take().map(|i| i.into_bound(py)));
+                drop(iter);
                 self.judge(py, e);
             }
         }
@@ -1283,7 +1364,7 @@ impl PyGuardedCall {
 
     /// The verdict of a call ended by `e`: a failure if it is an
     /// `Exception`, none otherwise.
-    fn judge(&mut self, py: Python<'_>, e: &PyErr) {
+    fn judge(&self, py: Python<'_>, e: &PyErr) {
         if let Some(p) = self.permit.take() {
             if e.is_instance_of::<PyException>(py) {
                 p.record(false);
@@ -1293,8 +1374,9 @@ impl PyGuardedCall {
         }
     }
 
-    fn send_value<'py>(&mut self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
-        if !self.started && !value.is_none() {
+    fn send_value<'py>(&self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
+        let _running = self.enter()?;
+        if !self.started.get() && !value.is_none() {
             // The caller's mistake, refused before the breaker is asked
             // (as a coroutine refuses it): no permit, no verdict.
             return Err(PyTypeError::new_err(
@@ -1302,11 +1384,12 @@ impl PyGuardedCall {
             ));
         }
         self.admit(py)?;
-        let step = match &self.iter {
-            Some(iter) => send(iter.bind(py), value),
-            None => return Err(PyRuntimeError::new_err("cannot reuse an already awaited guarded call")),
+        let Some(iter) = self.iter.take() else {
+            return Err(PyRuntimeError::new_err("cannot reuse an already awaited guarded call"));
         };
-        self.settle(py, step)
+        let iter = iter.into_bound(py);
+        let step = send(&iter, value);
+        self.settle(py, iter, step)
     }
 }
 
@@ -1365,24 +1448,30 @@ fn bare_stop_value(value: &Bound<'_, PyAny>) -> bool {
 #[pymethods]
 impl PyGuardedCall {
     // Visible to the cycle collector: a coroutine that never ends can
-    // refer back to its own call (through its task, say).
+    // refer back to its own call (through its task, say). (The coroutine
+    // is not visited while a step runs, when it is out of the call: it is
+    // then referred to from the stack, so the collector keeps it.)
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         visit.call(&self.guard)?;
-        if let Some(it) = &self.iter {
-            visit.call(it)?;
-        }
-        Ok(())
+        let it = self.iter.take();
+        let visited = match &it {
+            Some(it) => visit.call(it),
+            None => Ok(()),
+        };
+        self.iter.set(it);
+        visited
     }
-    fn __clear__(&mut self) {
-        self.iter = None;
+    fn __clear__(&self) {
+        drop(self.iter.take());
     }
     /// Itself, to be awaited once: a call another awaiter is stepping
     /// (started, not ended) refuses a second, as a coroutine does.
     fn __await__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        // A mutable borrow, though it only reads: one atomic operation
-        // where a shared borrow takes two.
-        let this = executing(slf)?;
-        if this.started && this.iter.is_some() {
+        let this = slf.get();
+        if this.running.get() {
+            return Err(PyValueError::new_err("coroutine already executing"));
+        }
+        if this.started.get() && this.pending() {
             return Err(PyRuntimeError::new_err(format!(
                 "coroutine is being awaited already (a guarded call of {})",
                 this.guard.get().func.bind(slf.py()).repr()?
@@ -1395,7 +1484,7 @@ impl PyGuardedCall {
     }
     fn __next__<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = slf.py();
-        match executing(slf)?.send_value(py, &py.None().into_bound(py))? {
+        match slf.get().send_value(py, &py.None().into_bound(py))? {
             Step::Yielded(v) => Ok(Some(v)),
             // `None` ends the iteration with no exception at all.
             Step::Returned(v) if v.is_none() => Ok(None),
@@ -1415,7 +1504,7 @@ impl PyGuardedCall {
     }
     /// Sends `value` into the guarded coroutine (the coroutine protocol).
     fn send<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        match executing(slf)?.send_value(slf.py(), value)? {
+        match slf.get().send_value(slf.py(), value)? {
             Step::Yielded(v) => Ok(v),
             Step::Returned(v) => Err(stop_iteration(v)),
         }
@@ -1434,16 +1523,16 @@ impl PyGuardedCall {
         tb: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let mut this = executing(slf)?;
-        if !this.started {
-            this.started = true;
+        let this = slf.get();
+        let _running = this.enter()?;
+        if !this.started.replace(true) {
             this.close_unstarted(py);
             return Err(thrown(typ, val));
         }
-        let Some(iter) = this.iter.as_ref().map(|i| i.clone_ref(py)) else {
+        let Some(iter) = this.iter.take() else {
             return Err(thrown(typ, val));
         };
-        let iter = iter.bind(py);
+        let iter = iter.into_bound(py);
         let step = match iter.getattr(pyo3::intern!(py, "throw")) {
             Ok(throw) => {
                 let args = match (val, tb) {
@@ -1463,7 +1552,7 @@ impl PyGuardedCall {
             // where the call is awaited (as `yield from` does).
             Err(_) => Err(thrown(typ, val)),
         };
-        match this.settle(py, step)? {
+        match this.settle(py, iter, step)? {
             Step::Yielded(v) => Ok(v),
             Step::Returned(v) => Err(stop_iteration(v)),
         }
@@ -1473,8 +1562,9 @@ impl PyGuardedCall {
     /// closes (a failure, as when it raises one as it is cancelled).
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
-        let mut this = executing(slf)?;
-        this.started = true;
+        let this = slf.get();
+        let _running = this.enter()?;
+        this.started.set(true);
         let Some(it) = this.iter.take() else {
             return Ok(());
         };
@@ -1492,18 +1582,12 @@ impl PyGuardedCall {
     /// The guarded function's name (what a task's repr shows).
     #[getter]
     fn __name__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        match slf.try_borrow() {
-            Ok(this) => func_attr(this.guard.get().func.bind(slf.py()), "__name__"),
-            Err(_) => Ok(pyo3::intern!(slf.py(), "GuardedCall").clone().into_any().unbind()),
-        }
+        func_attr(slf.get().guard.get().func.bind(slf.py()), "__name__")
     }
     /// The guarded function's qualified name.
     #[getter]
     fn __qualname__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        match slf.try_borrow() {
-            Ok(this) => func_attr(this.guard.get().func.bind(slf.py()), "__qualname__"),
-            Err(_) => Ok(pyo3::intern!(slf.py(), "GuardedCall").clone().into_any().unbind()),
-        }
+        func_attr(slf.get().guard.get().func.bind(slf.py()), "__qualname__")
     }
     /// The guarded coroutine's code, frame and what it awaits (`None` once
     /// it has ended, or while it runs).
@@ -1522,24 +1606,20 @@ impl PyGuardedCall {
     /// Whether the guarded coroutine is running now.
     #[getter]
     fn cr_running(slf: &Bound<'_, Self>) -> bool {
-        slf.try_borrow().is_err()
+        slf.get().running.get()
     }
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        match slf.try_borrow() {
-            Ok(this) => Ok(format!(
-                "<guarded call of {}>",
-                this.guard.get().func.bind(slf.py()).repr()?
-            )),
-            Err(_) => Ok("<guarded call (running)>".into()),
-        }
+        Ok(format!(
+            "<guarded call of {}>",
+            slf.get().guard.get().func.bind(slf.py()).repr()?
+        ))
     }
 }
 
 /// An attribute of the guarded coroutine, if it has one and the call is
 /// not running.
 fn inner_attr(slf: &Bound<'_, PyGuardedCall>, name: &str) -> Option<Py<PyAny>> {
-    let this = slf.try_borrow().ok()?;
-    let it = this.iter.as_ref()?;
+    let it = slf.get().iter_ref(slf.py())?;
     it.bind(slf.py()).getattr(name).ok().map(Bound::unbind)
 }
 
