@@ -279,6 +279,80 @@ async def test_a_suspended_call_in_a_reference_cycle_is_collected_with_no_verdic
     assert totals(b, clock) == (0, 0, 0, 0)  # collected mid-flight: no verdict, as when closed
 
 
+def test_a_call_stepped_on_one_thread_refuses_every_other_thread_until_the_step_ends(clock):
+    """The call's state is guarded by the GIL, which a step may release:
+    another thread that reaches the call meanwhile is refused as a running
+    coroutine refuses, and the step ends with its one verdict."""
+    import threading
+
+    b = Breaker(clock=clock, half_open_probes=1)
+    b.trip_now()
+    clock.advance(1.0)
+    inside, resume = threading.Event(), threading.Event()
+
+    @b
+    async def send():
+        inside.set()
+        assert resume.wait(10)  # a blocking wait: the GIL is released
+        gc.collect()  # the collector visits the call mid-step
+        return 7
+
+    call = send()
+    got = {}
+
+    def step():
+        try:
+            call.send(None)
+        except StopIteration as e:
+            got["value"] = e.value
+
+    t = threading.Thread(target=step)
+    t.start()
+    assert inside.wait(10)
+    refusals = [lambda: call.send(None), lambda: call.throw(Oops()), call.close, call.__await__]
+    for refused in refusals:
+        with pytest.raises(ValueError, match="already executing"):
+            refused()
+    assert call.cr_running and call.cr_frame is None
+    assert call.__name__ == "send" and "send" in repr(call)
+    resume.set()
+    t.join(10)
+    assert got == {"value": 7}
+    assert not call.cr_running
+    assert b.snapshot().probes_in_flight == 0
+    assert b.snapshot().probe_successes == 1
+
+
+async def test_a_call_in_flight_keeps_its_breaker_when_nothing_else_does(clock):
+    """The permit borrows the breaker the decorated function holds: a call
+    that outlives every other reference to both still records its verdict
+    (and a probe's), on the breaker it was admitted by."""
+    b = Breaker(clock=clock, half_open_probes=1)
+    b.trip_now()
+    clock.advance(1.0)
+    snapshot = b.snapshot  # a bound method: keeps the Python object, not the decorator
+    fut = asyncio.get_running_loop().create_future()
+
+    @b
+    async def send():
+        return await fut
+
+    call = send()
+    call.send(None)  # suspended, holding the probe
+    dead = weakref.ref(send)
+    del send, b
+    gc.collect()
+    assert dead() is not None  # the call keeps the decorated function
+    fut.set_result(5)
+    with pytest.raises(StopIteration) as stopped:
+        call.send(None)
+    assert stopped.value.value == 5
+    del call
+    gc.collect()
+    assert dead() is None
+    assert snapshot().probes_in_flight == 0 and snapshot().probe_successes == 1
+
+
 # ----------------------------------------------------------------------
 # What frameworks and asyncio see.
 
