@@ -532,18 +532,68 @@ impl OwnedPermit {
         }
     }
 
-    /// As [`record_latency`](Self::record_latency), the latency in
-    /// nanoseconds (no round trip through a `Duration`).
+    /// A permit whose verdict is in: its drop counts nothing, and every
+    /// `*_in_place` method on it does nothing (the tower layer's response
+    /// future of a refused request).
     #[cfg(feature = "tower")]
-    #[inline(always)]
-    pub(crate) fn record_nanos(self, latency_ns: u64, ok: bool) {
-        self.settle(|core| core.finish(latency_ns, ok, Sink::Shared));
+    pub(crate) fn settled() -> Self {
+        Self {
+            breaker: None,
+            start: 0,
+            tag: Tag::DISABLED,
+            aux: 0,
+        }
     }
 
-    /// As [`record_timeout`](Self::record_timeout), in nanoseconds.
+    /// Whether the verdict is in (or the permit was made
+    /// [`settled`](Self::settled)).
     #[cfg(feature = "tower")]
-    pub(crate) fn record_timeout_nanos(self, elapsed_ns: u64) {
-        self.settle(|core| core.finish_timed_out(elapsed_ns, Sink::Shared));
+    #[inline(always)]
+    pub(crate) fn is_settled(&self) -> bool {
+        self.breaker.is_none()
+    }
+
+    /// As [`settle`](Self::settle), where the permit lies: its fields are
+    /// read one by one and only the breaker handle is taken out, so the
+    /// permit is never copied whole. A permit moved through memory right
+    /// after it was written is read back with wide loads that straddle the
+    /// narrow stores that wrote it, which store-to-load forwarding cannot
+    /// serve (see `benches/breaker.rs`, `allow_closed`): the tower layer's
+    /// response future holds its permit in place and settles it so. Nothing
+    /// once settled.
+    #[cfg(feature = "tower")]
+    #[inline(always)]
+    fn settle_in_place(&mut self, f: impl FnOnce(Core<'_>)) {
+        if let Some(breaker) = self.breaker.take() {
+            f(Core {
+                inner: &breaker.inner,
+                start: self.start,
+                tag: self.tag,
+                aux: self.aux,
+            });
+        }
+    }
+
+    /// As [`record_latency`](Self::record_latency), the latency in
+    /// nanoseconds (no round trip through a `Duration`), in place (see
+    /// [`settle_in_place`](Self::settle_in_place)).
+    #[cfg(feature = "tower")]
+    #[inline(always)]
+    pub(crate) fn record_nanos_in_place(&mut self, latency_ns: u64, ok: bool) {
+        self.settle_in_place(|core| core.finish(latency_ns, ok, Sink::Shared));
+    }
+
+    /// As [`record_timeout`](Self::record_timeout), in nanoseconds, in place.
+    #[cfg(feature = "tower")]
+    pub(crate) fn record_timeout_nanos_in_place(&mut self, elapsed_ns: u64) {
+        self.settle_in_place(|core| core.finish_timed_out(elapsed_ns, Sink::Shared));
+    }
+
+    /// As dropping the permit (a cancelled call: no verdict, a probe's
+    /// slot given back), in place.
+    #[cfg(feature = "tower")]
+    pub(crate) fn cancel_in_place(&mut self) {
+        self.settle_in_place(|core| core.cancel(Sink::Shared));
     }
 }
 

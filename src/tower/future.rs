@@ -56,8 +56,10 @@ pin_project_lite::pin_project! {
         // (the inner future's drop) has no sleep to look at; after `kind`,
         // so that a dropped future still drops its inner future first.
         sleep: Armed<R::Sleep>,
-        // The verdict goes in when the response is judged; `None` after.
-        permit: Option<OwnedPermit>,
+        // The verdict goes in when the response is judged; settled after
+        // (and from the start for a refused request). Held in place, never
+        // moved out: see `OwnedPermit::settle_in_place`.
+        permit: OwnedPermit,
         // Held until the future completes or is dropped.
         _slot: Option<OwnedBulkheadPermit>,
         timeout_ns: Option<u64>,
@@ -70,7 +72,7 @@ impl<F, C, R: Timer> ResponseFuture<F, C, R> {
         Self {
             kind: Kind::Refused { refusal: Some(refusal) },
             sleep: Armed(None),
-            permit: None,
+            permit: OwnedPermit::settled(),
             _slot: None,
             timeout_ns: None,
             classify,
@@ -89,7 +91,7 @@ impl<F, C, R: Timer> ResponseFuture<F, C, R> {
         Self {
             kind: Kind::Called { call, timer },
             sleep: Armed(None),
-            permit: Some(permit),
+            permit,
             _slot: slot,
             timeout_ns,
             classify,
@@ -112,6 +114,15 @@ pub(super) fn elapsed_ns(permit: &OwnedPermit) -> u64 {
     permit.elapsed_ns()
 }
 
+/// A called request's permit, its verdict not in yet: it is settled only
+/// as the future completes (or panics: polled again after that, it is
+/// settled and this says so).
+#[inline(always)]
+fn held(permit: &mut OwnedPermit) -> &mut OwnedPermit {
+    assert!(!permit.is_settled(), "a called request holds its permit");
+    permit
+}
+
 impl<F, C, R, O, E> Future for ResponseFuture<F, C, R>
 where
     F: Future<Output = Result<O, E>>,
@@ -120,6 +131,7 @@ where
 {
     type Output = Result<O, BreakerError<E>>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let sleep = &mut this.sleep.0;
@@ -136,29 +148,27 @@ where
         let polled = match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
             Ok(polled) => polled,
             Err(panic) => {
-                if let Some(permit) = this.permit.take() {
-                    let latency_ns = elapsed_ns(&permit);
-                    permit.record_nanos(latency_ns, false);
-                }
+                let latency_ns = elapsed_ns(this.permit);
+                this.permit.record_nanos_in_place(latency_ns, false);
                 resume_unwind(panic)
             }
         };
         if let Poll::Ready(result) = polled {
-            let permit = this.permit.take().expect("a called request holds its permit");
-            let latency_ns = elapsed_ns(&permit);
+            let permit = held(this.permit);
+            let latency_ns = elapsed_ns(permit);
             // The inner future is dropped now, and its destructor is its
             // code too: a panic there is a failed call, like one in `poll`.
             // The sleep goes first, on its own (its panic is the timer's).
             drop_sleep(sleep);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
                 this._slot.take();
-                permit.record_nanos(latency_ns, false);
+                permit.record_nanos_in_place(latency_ns, false);
                 resume_unwind(panic)
             }
             if this.timeout_ns.is_some_and(|budget| latency_ns > budget) {
                 // Past the timeout (the timer fired in this same poll, or
                 // the wake-up came late): returned, counted as a timeout.
-                permit.record_timeout_nanos(latency_ns);
+                permit.record_timeout_nanos_in_place(latency_ns);
                 this._slot.take();
                 return Poll::Ready(result.map_err(BreakerError::Inner));
             }
@@ -167,12 +177,12 @@ where
                 Ok(response) => match catch_unwind(AssertUnwindSafe(|| this.classify.is_failure(response))) {
                     Ok(failure) => !failure,
                     Err(panic) => {
-                        permit.record_nanos(latency_ns, false);
+                        permit.record_nanos_in_place(latency_ns, false);
                         resume_unwind(panic)
                     }
                 },
             };
-            permit.record_nanos(latency_ns, ok);
+            permit.record_nanos_in_place(latency_ns, ok);
             this._slot.take();
             return Poll::Ready(result.map_err(BreakerError::Inner));
         }
@@ -185,8 +195,7 @@ where
         // it; the payload is dropped).
         let mut no_timer = false;
         if sleep.is_none() {
-            let permit = this.permit.as_ref().expect("a called request holds its permit");
-            let left = budget_ns.saturating_sub(elapsed_ns(permit));
+            let left = budget_ns.saturating_sub(elapsed_ns(held(this.permit)));
             match catch_unwind(AssertUnwindSafe(|| timer.sleep(Duration::from_nanos(left)))) {
                 Ok(Some(armed)) => *sleep = Some(Box::pin(armed)),
                 Ok(None) => no_timer = true,
@@ -211,23 +220,23 @@ where
             // No timer here (no runtime): cut now, no verdict, rather than
             // run with no deadline. The inner future's destructor is its
             // code: a panic there is a failed call, as in `poll`.
-            let permit = this.permit.take().expect("a called request holds its permit");
+            let permit = held(this.permit);
             this._slot.take();
             drop_sleep(sleep);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
-                let latency_ns = elapsed_ns(&permit);
-                permit.record_nanos(latency_ns, false);
+                let latency_ns = elapsed_ns(permit);
+                permit.record_nanos_in_place(latency_ns, false);
                 resume_unwind(panic)
             }
-            drop(permit); // cancelled: a probe's slot goes back
+            permit.cancel_in_place(); // cancelled: a probe's slot goes back
             return Poll::Ready(Err(BreakerError::NoTimer));
         }
         if !fired {
             return Poll::Pending;
         }
-        let permit = this.permit.take().expect("a called request holds its permit");
-        let elapsed = elapsed_ns(&permit).max(budget_ns);
-        permit.record_timeout_nanos(elapsed);
+        let permit = held(this.permit);
+        let elapsed = elapsed_ns(permit).max(budget_ns);
+        permit.record_timeout_nanos_in_place(elapsed);
         let elapsed = Duration::from_nanos(elapsed);
         this._slot.take();
         drop_sleep(sleep);

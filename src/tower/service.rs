@@ -219,13 +219,14 @@ where
     /// Takes a permit from the breaker, then a bulkhead slot, then calls
     /// the inner service; fails at once if either is refused (or if
     /// `poll_ready` found the breaker rejecting).
+    #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
         let config = &self.config;
         if let Some(rejected) = self.refusal.take() {
             let rejected = config.breaker.count_refusal(rejected);
             return ResponseFuture::refused(Refusal::Rejected(rejected), config.classify.clone());
         }
-        let permit = match config.breaker.allow_owned() {
+        let mut permit = match config.breaker.allow_owned() {
             Ok(permit) => permit,
             Err(rejected) => return ResponseFuture::refused(Refusal::Rejected(rejected), config.classify.clone()),
         };
@@ -242,7 +243,7 @@ where
             Err(panic) => {
                 let latency_ns = elapsed_ns(&permit);
                 drop(slot);
-                permit.record_nanos(latency_ns, false);
+                permit.record_nanos_in_place(latency_ns, false);
                 resume_unwind(panic)
             }
         };

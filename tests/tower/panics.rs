@@ -113,3 +113,50 @@ fn an_inner_future_panicking_in_its_drop_counts_as_failed() {
         "a panic of the inner future counts as a failed call: {w:?}"
     );
 }
+
+/// An inner future that panics on its first poll and is ready on the next.
+struct PanicsOnce(bool);
+
+impl Future for PanicsOnce {
+    type Output = Result<u32, ()>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        if !self.0 {
+            self.0 = true;
+            panic!("a service bug on the first poll (expected by this test)");
+        }
+        Poll::Ready(Ok(7))
+    }
+}
+
+/// A hostile caller catches the panic of the inner future's poll and polls
+/// the response future again: the request was counted once, as failed, at
+/// the panic; the second poll neither counts it again nor hands back a
+/// response the breaker never judged (it panics), and the bulkhead slot is
+/// back after the future is dropped.
+#[test]
+fn a_response_future_polled_again_after_its_inner_future_panicked_counts_once() {
+    let clock = ManualClock::new();
+    let b = Breaker::builder().clock(clock.clone()).ticker(false).build().unwrap();
+    let bulkhead = Bulkhead::new(1).unwrap();
+    let mut svc = BreakerLayer::new(b.clone())
+        .bulkhead(bulkhead.clone())
+        .classify(ErrorsOnly)
+        .layer(service_fn(|()| async { Ok::<_, ()>(()) }).map_future(|_| PanicsOnce(false)));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let mut fut = Box::pin(svc.call(()));
+    for poll in 0..3 {
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)));
+        assert!(
+            polled.is_err(),
+            "poll {poll} after the panic returned {:?}",
+            polled.ok()
+        );
+    }
+    drop(fut);
+    assert_eq!(bulkhead.in_flight(), 0);
+    clock.advance(Duration::from_secs(3600));
+    b.tick();
+    let t = b.snapshot().totals;
+    assert_eq!((t.calls, t.errors, t.cancelled), (1, 1, 0), "{t:?}");
+}
