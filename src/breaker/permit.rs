@@ -580,7 +580,17 @@ impl OwnedPermit {
     #[cfg(feature = "tower")]
     #[inline(always)]
     pub(crate) fn record_nanos_in_place(&mut self, latency_ns: u64, ok: bool) {
-        self.settle_in_place(|core| core.finish(latency_ns, ok, Sink::Shared));
+        // Not through `settle_in_place`'s closure, which the compiler keeps
+        // out of line here: this is the layer's every request.
+        if let Some(breaker) = self.breaker.take() {
+            let core = Core {
+                inner: &breaker.inner,
+                start: self.start,
+                tag: self.tag,
+                aux: self.aux,
+            };
+            core.finish(latency_ns, ok, Sink::Shared);
+        }
     }
 
     /// As [`record_timeout`](Self::record_timeout), in nanoseconds, in place.
