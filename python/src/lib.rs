@@ -974,6 +974,16 @@ impl PyGuarded {
     ) -> PyResult<Py<PyAny>> {
         let permit = self.breaker.allow().map_err(|r| rejected_err(py, r))?;
         match self.func.call(py, args, kwargs) {
+            Ok(v) if v.bind(py).get_type().is(coroutine_type(py)?) => {
+                // A function that returns a coroutine without being a
+                // coroutine function (an `async def __call__`, a
+                // `functools.wraps` wrapper): its outcome is the
+                // coroutine's, so it is judged where it is awaited, as
+                // `@breaker` on a coroutine function judges it. This
+                // permit saw only the coroutine made: no verdict.
+                permit.abandon();
+                self.guard_coroutine(py, v)
+            }
             Ok(v) => {
                 permit.record(true);
                 Ok(v)
@@ -989,6 +999,21 @@ impl PyGuarded {
         }
     }
 }
+}
+
+impl PyGuarded {
+    /// A guarded call around `coroutine`, made by this guard's function:
+    /// the permit is taken at its first step, as for a coroutine function.
+    #[cold]
+    fn guard_coroutine(&self, py: Python<'_>, coroutine: Py<PyAny>) -> PyResult<Py<PyAny>> {
+        let guard = PyGuardedAsync {
+            breaker: self.breaker.clone(),
+            func: self.func.clone_ref(py),
+            attrs: self.attrs.clone_ref(py),
+        };
+        let call = PyGuardedCall::new(Py::new(py, guard)?, coroutine);
+        Ok(Py::new(py, call)?.into_any())
+    }
 }
 
 fn guarded_repr(breaker: &tailguard::Breaker, func: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1161,13 +1186,7 @@ impl PyGuardedAsync {
                 }
             }
         };
-        Ok(PyGuardedCall {
-            permit: GilCell::new(None),
-            iter: GilCell::new(Some(iter.unbind())),
-            started: GilCell::new(false),
-            running: GilCell::new(false),
-            guard: slf.clone().unbind(),
-        })
+        Ok(PyGuardedCall::new(slf.clone().unbind(), iter.unbind()))
     }
     // The code's own (through a `functools.partial`), so that
     // `inspect.iscoroutinefunction` (and so `asyncio`'s, and frameworks
@@ -1275,11 +1294,38 @@ impl Drop for Running<'_> {
 }
 
 impl PyGuardedCall {
+    /// A call of `guard`'s function stepping `iter` (the coroutine, or an
+    /// awaitable's `__await__()` iterator), not started.
+    fn new(guard: Py<PyGuardedAsync>, iter: Py<PyAny>) -> Self {
+        PyGuardedCall {
+            permit: GilCell::new(None),
+            iter: GilCell::new(Some(iter)),
+            started: GilCell::new(false),
+            running: GilCell::new(false),
+            guard,
+        }
+    }
+
+    /// Whether a step of `iter` that failed with `e` was refused because
+    /// `iter` is executing already, reached from inside itself by a path
+    /// that is not this call's (the collector finalizing the coroutine,
+    /// whose cleanup then sends into, throws into or closes this call):
+    /// nothing ran and nothing ended, so `iter` goes back and there is no
+    /// verdict. Asked only when a step fails.
+    #[cold]
+    fn refused_reentry(&self, py: Python<'_>, iter: &Bound<'_, PyAny>, e: &PyErr) -> bool {
+        if e.is_instance_of::<PyValueError>(py) && executing(iter) {
+            self.iter.set(Some(iter.clone().unbind()));
+            return true;
+        }
+        false
+    }
+
     /// Marks the call running: a call that is running (it awaits, sends
     /// into or closes itself) refuses, as a running coroutine does.
     fn enter(&self) -> PyResult<Running<'_>> {
         if self.running.replace(true) {
-            return Err(PyValueError::new_err("coroutine already executing"));
+            return Err(already_executing());
         }
         Ok(Running(&self.running))
     }
@@ -1355,8 +1401,10 @@ impl PyGuardedCall {
                 }
             }
             Err(e) => {
-                drop(iter);
-                self.judge(py, e);
+                if !self.refused_reentry(py, &iter, e) {
+                    drop(iter);
+                    self.judge(py, e);
+                }
             }
         }
         step
@@ -1431,6 +1479,22 @@ fn close_iter(iter: &Bound<'_, PyAny>) -> PyResult<()> {
     }
 }
 
+/// Whether `iter` (a coroutine or generator) is executing now: its frame
+/// is on the stack, reached by a path other than its call's (see
+/// `refused_reentry`). A throw into or a close of such a coroutine is not
+/// made at all (CPython 3.11's own can crash on it); a send is refused by
+/// the coroutine itself.
+fn executing(iter: &Bound<'_, PyAny>) -> bool {
+    let py = iter.py();
+    let running = |attr: &Bound<'_, PyString>| iter.getattr(attr).and_then(|v| v.is_truthy()).unwrap_or(false);
+    running(pyo3::intern!(py, "cr_running")) || running(pyo3::intern!(py, "gi_running"))
+}
+
+/// The error a call executing already gives: what a coroutine gives.
+fn already_executing() -> PyErr {
+    PyValueError::new_err("coroutine already executing")
+}
+
 /// `StopIteration(value)`: how a step that returned ends a `send` or
 /// `throw`.
 fn stop_iteration(value: Bound<'_, PyAny>) -> PyErr {
@@ -1469,7 +1533,7 @@ impl PyGuardedCall {
     fn __await__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
         let this = slf.get();
         if this.running.get() {
-            return Err(PyValueError::new_err("coroutine already executing"));
+            return Err(already_executing());
         }
         if this.started.get() && this.pending() {
             return Err(PyRuntimeError::new_err(format!(
@@ -1533,6 +1597,10 @@ impl PyGuardedCall {
             return Err(thrown(typ, val));
         };
         let iter = iter.into_bound(py);
+        if executing(&iter) {
+            this.iter.set(Some(iter.unbind()));
+            return Err(already_executing());
+        }
         let step = match iter.getattr(pyo3::intern!(py, "throw")) {
             Ok(throw) => {
                 let args = match (val, tb) {
@@ -1542,8 +1610,10 @@ impl PyGuardedCall {
                 };
                 match throw.call1(args) {
                     Ok(v) => Ok(Step::Yielded(v)),
+                    // Its value read here, so that a value that cannot be
+                    // read still ends the call through `settle` (judged).
                     Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => {
-                        Ok(Step::Returned(e.value(py).getattr("value")?))
+                        e.value(py).getattr(pyo3::intern!(py, "value")).map(Step::Returned)
                     }
                     Err(e) => Err(e),
                 }
@@ -1568,9 +1638,17 @@ impl PyGuardedCall {
         let Some(it) = this.iter.take() else {
             return Ok(());
         };
+        if executing(it.bind(py)) {
+            this.iter.set(Some(it));
+            return Err(already_executing());
+        }
         let closed = close_iter(it.bind(py));
         match &closed {
-            Err(e) => this.judge(py, e),
+            Err(e) => {
+                if !this.refused_reentry(py, it.bind(py), e) {
+                    this.judge(py, e);
+                }
+            }
             Ok(()) => {
                 if let Some(p) = this.permit.take() {
                     p.abandon();
