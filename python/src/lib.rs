@@ -731,7 +731,9 @@ impl PyBreaker {
     /// `@breaker` on a function: each call takes a permit (or raises
     /// `BreakerOpen` without calling it) and records success, or failure
     /// if it raises, with its latency. On a coroutine function the permit
-    /// is taken when the call is awaited (`PyGuardedCall`).
+    /// is taken when the call is awaited (`PyGuardedCall`); a function that
+    /// returns a coroutine without being one is asked when it is called
+    /// and again when its coroutine is awaited, which is what is judged.
     fn __call__<'py>(slf: &Bound<'py, Self>, func: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let builtins = py.import("builtins")?;
