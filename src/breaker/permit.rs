@@ -421,18 +421,23 @@ impl OwnedPermit {
         }
     }
 
+    /// The permit's data, over `breaker` (its own handle, taken out or
+    /// borrowed).
+    #[inline(always)]
+    fn core<'a>(&self, breaker: &'a Breaker) -> Core<'a> {
+        Core {
+            inner: &breaker.inner,
+            start: self.start,
+            tag: self.tag,
+            aux: self.aux,
+        }
+    }
+
     /// The permit's data, and the breaker handle taken out of it (dropped
     /// when the verdict is in).
     #[inline(always)]
     fn settle(mut self, f: impl FnOnce(Core<'_>)) {
-        if let Some(breaker) = self.breaker.take() {
-            f(Core {
-                inner: &breaker.inner,
-                start: self.start,
-                tag: self.tag,
-                aux: self.aux,
-            });
-        }
+        self.settle_in_place(f);
     }
 
     /// As [`Permit::record`].
@@ -561,16 +566,10 @@ impl OwnedPermit {
     /// serve (see `benches/breaker.rs`, `allow_closed`): the tower layer's
     /// response future holds its permit in place and settles it so. Nothing
     /// once settled.
-    #[cfg(feature = "tower")]
     #[inline(always)]
     fn settle_in_place(&mut self, f: impl FnOnce(Core<'_>)) {
         if let Some(breaker) = self.breaker.take() {
-            f(Core {
-                inner: &breaker.inner,
-                start: self.start,
-                tag: self.tag,
-                aux: self.aux,
-            });
+            f(self.core(&breaker));
         }
     }
 
@@ -583,13 +582,7 @@ impl OwnedPermit {
         // Not through `settle_in_place`'s closure, which the compiler keeps
         // out of line here: this is the layer's every request.
         if let Some(breaker) = self.breaker.take() {
-            let core = Core {
-                inner: &breaker.inner,
-                start: self.start,
-                tag: self.tag,
-                aux: self.aux,
-            };
-            core.finish(latency_ns, ok, Sink::Shared);
+            self.core(&breaker).finish(latency_ns, ok, Sink::Shared);
         }
     }
 
@@ -611,13 +604,7 @@ impl Drop for OwnedPermit {
     #[inline]
     fn drop(&mut self) {
         if let Some(breaker) = &self.breaker {
-            Core {
-                inner: &breaker.inner,
-                start: self.start,
-                tag: self.tag,
-                aux: self.aux,
-            }
-            .cancel(Sink::Shared);
+            self.core(breaker).cancel(Sink::Shared);
         }
     }
 }
