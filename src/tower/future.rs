@@ -148,8 +148,19 @@ where
         let polled = match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
             Ok(polled) => polled,
             Err(panic) => {
+                // A failed call, and its inner future done with: dropped
+                // now (a poll after this panics, "polled after
+                // completion", rather than poll it again), its slot back.
                 let latency_ns = elapsed_ns(this.permit);
                 this.permit.record_nanos_in_place(latency_ns, false);
+                this._slot.take();
+                drop_sleep(sleep);
+                // Its destructor is its code too: a second panic there is
+                // swallowed (the panic hook has reported it), the first
+                // goes on.
+                if let Err(second) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
+                    crate::events::swallow(second);
+                }
                 resume_unwind(panic)
             }
         };
@@ -178,6 +189,7 @@ where
                     Ok(failure) => !failure,
                     Err(panic) => {
                         permit.record_nanos_in_place(latency_ns, false);
+                        this._slot.take();
                         resume_unwind(panic)
                     }
                 },

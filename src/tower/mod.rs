@@ -54,7 +54,9 @@
 //! * The classifier runs in the response future, once per response, never
 //!   inside the breaker; if it panics, the call counts as failed and the
 //!   panic goes on to the caller. So does a panic of the inner service's
-//!   `call` or of its future.
+//!   `call` or of its future. Either way the request is over: its bulkhead
+//!   slot is back, the inner future is dropped, and a response future
+//!   polled again panics ("polled after completion").
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

@@ -11,6 +11,7 @@ mod support;
 #[cfg(feature = "async-io")]
 mod async_io;
 mod fail_fast;
+mod hostile_round3;
 mod hostile_runtimes;
 mod hostile_runtimes_2;
 mod hyper_client;
