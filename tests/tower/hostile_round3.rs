@@ -49,8 +49,16 @@ fn totals(b: &Breaker, clock: &ManualClock) -> (u64, u64, u64) {
     (t.calls, t.errors, t.cancelled)
 }
 
+/// A waker that does nothing (`Waker::noop` is newer than the MSRV).
+struct NoWake;
+
+impl std::task::Wake for NoWake {
+    fn wake(self: Arc<Self>) {}
+}
+
 fn poll_caught<F: Future>(f: Pin<&mut F>) -> Result<Poll<F::Output>, ()> {
-    let mut cx = Context::from_waker(Waker::noop());
+    let waker = Waker::from(Arc::new(NoWake));
+    let mut cx = Context::from_waker(&waker);
     catch_unwind(AssertUnwindSafe(|| f.poll(&mut cx))).map_err(|_| ())
 }
 
