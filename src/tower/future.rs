@@ -147,22 +147,7 @@ where
         };
         let polled = match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
             Ok(polled) => polled,
-            Err(panic) => {
-                // A failed call, and its inner future done with: dropped
-                // now (a poll after this panics, "polled after
-                // completion", rather than poll it again), its slot back.
-                let latency_ns = elapsed_ns(this.permit);
-                this.permit.record_nanos_in_place(latency_ns, false);
-                this._slot.take();
-                drop_sleep(sleep);
-                // Its destructor is its code too: a second panic there is
-                // swallowed (the panic hook has reported it), the first
-                // goes on.
-                if let Err(second) = catch_unwind(AssertUnwindSafe(|| this.kind.set(Kind::Done))) {
-                    crate::events::swallow(second);
-                }
-                resume_unwind(panic)
-            }
+            Err(panic) => inner_panicked(this.kind, this.permit, this._slot, sleep, panic),
         };
         if let Poll::Ready(result) = polled {
             let permit = held(this.permit);
@@ -255,6 +240,32 @@ where
         this.kind.set(Kind::Done);
         Poll::Ready(Err(BreakerError::TimedOut(elapsed)))
     }
+}
+
+/// The inner future panicked in `poll`: a failed call, and its inner
+/// future done with, dropped now (a poll after this panics, "polled after
+/// completion", rather than poll it again), its slot back; then the panic
+/// goes on. Out of line: the hot path keeps none of this live.
+#[cold]
+#[inline(never)]
+fn inner_panicked<F, R: Timer>(
+    kind: Pin<&mut Kind<F, R>>,
+    permit: &mut OwnedPermit,
+    slot: &mut Option<OwnedBulkheadPermit>,
+    sleep: &mut Option<Pin<Box<R::Sleep>>>,
+    panic: Box<dyn std::any::Any + Send>,
+) -> ! {
+    let latency_ns = elapsed_ns(permit);
+    permit.record_nanos_in_place(latency_ns, false);
+    slot.take();
+    drop_sleep(sleep);
+    // Its destructor is its code too: a second panic there is swallowed
+    // (the panic hook has reported it), the first goes on.
+    let mut kind = kind;
+    if let Err(second) = catch_unwind(AssertUnwindSafe(|| kind.set(Kind::Done))) {
+        crate::events::swallow(second);
+    }
+    resume_unwind(panic)
 }
 
 /// The timeout's sleep, once armed. Its drop only looks unless one is
