@@ -9,7 +9,8 @@
 //! (9c3841e): an inner future that panicked was left in place and polled
 //! again. Since then it is dropped at its panic.
 
-use crate::support::{MS, SEC};
+use crate::hostile_runtimes::{half_open, HangThenPanicOnDrop};
+use crate::support::MS;
 use std::future::{pending, Future};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -23,18 +24,24 @@ use tailguard::tower::{BreakerError, BreakerLayer, ErrorsOnly};
 use tailguard::{Breaker, Bulkhead, State};
 use tower::{service_fn, Layer, Service};
 
-/// A breaker on `clock` whose backoff is over: the next request is its one probe.
-fn half_open(clock: &ManualClock) -> Breaker {
-    let b = Breaker::builder()
-        .clock(clock.clone())
-        .ticker(false)
-        .half_open_probes(1)
-        .success_to_close(1)
-        .build()
-        .unwrap();
-    b.trip_now();
-    clock.advance(60 * SEC);
-    b
+/// After a probe's future is gone: both its slots back, the breaker
+/// re-opened (a failed probe), and one call counted, failed.
+fn assert_one_failed_probe(b: &Breaker, bulkhead: &Bulkhead, clock: &ManualClock) {
+    assert_eq!(
+        (bulkhead.in_flight(), b.snapshot().probes_in_flight),
+        (0, 0),
+        "both slots back"
+    );
+    assert_eq!(b.state(), State::Open, "a failed probe re-opens");
+    assert_eq!(totals(b, clock), (1, 1, 0), "counted once, failed");
+}
+
+/// A manual clock, a breaker on it whose next request is its one probe,
+/// and a bulkhead of one slot.
+fn probe_setup() -> (ManualClock, Breaker, Bulkhead) {
+    let clock = ManualClock::new();
+    let b = half_open(&clock);
+    (clock, b, Bulkhead::new(1).unwrap())
 }
 
 fn closed(clock: &ManualClock) -> Breaker {
@@ -86,24 +93,6 @@ impl Future for PanicsThenAnswers {
             panic!("a service bug on the first poll (expected by this test)");
         }
         Poll::Ready(Ok(7))
-    }
-}
-
-/// Never completes; panics when dropped (outside an unwind).
-struct HangThenPanicOnDrop;
-
-impl Future for HangThenPanicOnDrop {
-    type Output = Result<u32, ()>;
-    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
-        Poll::Pending
-    }
-}
-
-impl Drop for HangThenPanicOnDrop {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panic!("an inner future panicking in its destructor (expected by this test)");
-        }
     }
 }
 
@@ -171,9 +160,7 @@ fn hostile3_a_response_future_polled_again_after_its_inner_future_panicked_does_
 // future finished at the panic).
 #[test]
 fn hostile3_a_probe_whose_inner_future_panicked_is_not_driven_on_while_the_breaker_is_open() {
-    let clock = ManualClock::new();
-    let b = half_open(&clock);
-    let bulkhead = Bulkhead::new(1).unwrap();
+    let (clock, b, bulkhead) = probe_setup();
     let polls = Arc::new(AtomicUsize::new(0));
     let p = Arc::clone(&polls);
     let mut svc = BreakerLayer::new(b.clone())
@@ -196,58 +183,37 @@ fn hostile3_a_probe_whose_inner_future_panicked_is_not_driven_on_while_the_break
     );
 }
 
-/// Not a finding (passed): a probe cut at its deadline whose inner future
-/// panics in its destructor, the panic caught, then polled again: it panics
-/// (polled after completion), the timeout is counted once, both slots are
-/// back, and after the next backoff the next request is a probe again.
-#[test]
-fn hostile3_a_probe_timed_out_with_a_panicking_destructor_polled_again_counts_once() {
-    let clock = ManualClock::new();
-    let b = half_open(&clock);
-    let bulkhead = Bulkhead::new(1).unwrap();
+/// A probe with a 200 ms timeout on `timer` whose inner future hangs and
+/// panics in its destructor; the response future polled twice (each poll
+/// panics: the destructor's panic goes on, then "polled after completion"),
+/// then dropped: counted once as failed, both slots back, re-opened.
+fn probe_cut_with_a_panicking_destructor<R>(timer: R)
+where
+    R: Timer + Clone + Send + Sync + 'static,
+{
+    let (clock, b, bulkhead) = probe_setup();
     let mut svc = BreakerLayer::new(b.clone())
         .bulkhead(bulkhead.clone())
         .timeout(200 * MS)
         .unwrap()
         .classify(ErrorsOnly)
-        .timer(AtOnce)
+        .timer(timer)
         .layer(service_fn(|()| HangThenPanicOnDrop));
     let mut fut = Box::pin(svc.call(()));
     assert!(poll_caught(fut.as_mut()).is_err(), "the destructor's panic goes on");
     assert!(poll_caught(fut.as_mut()).is_err(), "polled after completion");
     assert_eq!(bulkhead.in_flight(), 0);
     drop(fut);
-    assert_eq!((bulkhead.in_flight(), b.snapshot().probes_in_flight), (0, 0));
-    assert_eq!(b.state(), State::Open, "a timed-out probe re-opens");
-    assert_eq!(totals(&b, &clock), (1, 1, 0));
+    assert_one_failed_probe(&b, &bulkhead, &clock);
 }
 
-/// Not a finding (passed): the no-timer cut of a probe whose inner future
-/// panics in its destructor, polled again: it panics, counted once as
-/// failed, both slots back.
+/// Not a finding (passed): a probe cut at its deadline (a timer that fires
+/// at once) or for no timer (`Never`), its inner future panicking in its
+/// destructor, polled again.
 #[test]
-fn hostile3_a_probe_cut_for_no_timer_with_a_panicking_destructor_polled_again_counts_once() {
-    let clock = ManualClock::new();
-    let b = half_open(&clock);
-    let bulkhead = Bulkhead::new(1).unwrap();
-    let mut svc = BreakerLayer::new(b.clone())
-        .bulkhead(bulkhead.clone())
-        .timeout(200 * MS)
-        .unwrap()
-        .classify(ErrorsOnly)
-        .timer(Never)
-        .layer(service_fn(|()| HangThenPanicOnDrop));
-    let mut fut = Box::pin(svc.call(()));
-    assert!(poll_caught(fut.as_mut()).is_err());
-    assert!(poll_caught(fut.as_mut()).is_err());
-    drop(fut);
-    assert_eq!((bulkhead.in_flight(), b.snapshot().probes_in_flight), (0, 0));
-    assert_eq!(
-        b.state(),
-        State::Open,
-        "a probe whose future panicked is a failed probe"
-    );
-    assert_eq!(totals(&b, &clock), (1, 1, 0));
+fn hostile3_a_probe_cut_with_a_panicking_destructor_polled_again_counts_once() {
+    probe_cut_with_a_panicking_destructor(AtOnce);
+    probe_cut_with_a_panicking_destructor(Never);
 }
 
 /// Not a finding (passed): a probe's classifier panics, the panic is
@@ -255,9 +221,7 @@ fn hostile3_a_probe_cut_for_no_timer_with_a_panicking_destructor_polled_again_co
 /// both slots back, re-opened.
 #[test]
 fn hostile3_a_probe_whose_classifier_panicked_polled_again_counts_once() {
-    let clock = ManualClock::new();
-    let b = half_open(&clock);
-    let bulkhead = Bulkhead::new(1).unwrap();
+    let (clock, b, bulkhead) = probe_setup();
     let mut svc = BreakerLayer::new(b.clone())
         .bulkhead(bulkhead.clone())
         .classify(|_: &u32| -> bool { panic!("a classifier bug (expected by this test)") })
@@ -277,9 +241,7 @@ fn hostile3_a_probe_whose_classifier_panicked_polled_again_counts_once() {
 /// request, with a free bulkhead, is the probe and closes the breaker.
 #[test]
 fn hostile3_a_probe_refused_by_a_full_bulkhead_polled_twice_keeps_the_probe_slot_free() {
-    let clock = ManualClock::new();
-    let b = half_open(&clock);
-    let bulkhead = Bulkhead::new(1).unwrap();
+    let (clock, b, bulkhead) = probe_setup();
     let held = bulkhead.try_acquire_owned().unwrap();
     let mut svc = BreakerLayer::new(b.clone())
         .bulkhead(bulkhead.clone())
@@ -305,9 +267,7 @@ fn hostile3_a_probe_refused_by_a_full_bulkhead_polled_twice_keeps_the_probe_slot
 /// thread's shard), both slots back, the next request is a probe.
 #[test]
 fn hostile3_a_probe_future_dropped_on_another_thread_gives_back_both_slots() {
-    let clock = ManualClock::new();
-    let b = half_open(&clock);
-    let bulkhead = Bulkhead::new(1).unwrap();
+    let (clock, b, bulkhead) = probe_setup();
     let mut svc = BreakerLayer::new(b.clone())
         .bulkhead(bulkhead.clone())
         .classify(ErrorsOnly)

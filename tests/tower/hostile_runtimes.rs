@@ -90,7 +90,7 @@ impl Timer for Flaky {
 }
 
 /// An inner response future that never completes and panics when dropped.
-struct HangThenPanicOnDrop;
+pub(crate) struct HangThenPanicOnDrop;
 
 impl Future for HangThenPanicOnDrop {
     type Output = Result<(), ()>;
@@ -127,7 +127,7 @@ fn must_panic<R>(f: impl FnOnce() -> R) {
 }
 
 /// A breaker on `clock` whose backoff is over: the next request is its one probe.
-fn half_open(clock: &ManualClock) -> Breaker {
+pub(crate) fn half_open(clock: &ManualClock) -> Breaker {
     let b = Breaker::builder()
         .clock(clock.clone())
         .ticker(false)
