@@ -1644,13 +1644,12 @@ impl PyGuardedCall {
             this.iter.set(Some(it));
             return Err(already_executing());
         }
+        // Not executing before the close, it is not after it either (a
+        // re-entry during the close meets `running`): an error is the
+        // coroutine's own.
         let closed = close_iter(it.bind(py));
         match &closed {
-            Err(e) => {
-                if !this.refused_reentry(py, it.bind(py), e) {
-                    this.judge(py, e);
-                }
-            }
+            Err(e) => this.judge(py, e),
             Ok(()) => {
                 if let Some(p) = this.permit.take() {
                     p.abandon();
