@@ -114,9 +114,10 @@ pub(super) fn elapsed_ns(permit: &OwnedPermit) -> u64 {
     permit.elapsed_ns()
 }
 
-/// A called request's permit, its verdict not in yet: it is settled only
-/// as the future completes (or panics: polled again after that, it is
-/// settled and this says so).
+/// A called request's permit, its verdict not in yet. It is settled only
+/// where the future completes or its inner future panics, and each of those
+/// sets `kind` to `Done` (whose poll panics first): the check is the
+/// invariant's, as `expect` on the `Option` it replaced was.
 #[inline(always)]
 fn held(permit: &mut OwnedPermit) -> &mut OwnedPermit {
     assert!(!permit.is_settled(), "a called request holds its permit");

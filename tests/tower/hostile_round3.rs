@@ -84,7 +84,7 @@ impl Future for PanicsThenHangs {
 
 /// Panics on its first poll; ready with `Ok(7)` on every later one. Counts
 /// its polls.
-struct PanicsThenAnswers(Arc<AtomicUsize>);
+pub(crate) struct PanicsThenAnswers(pub(crate) Arc<AtomicUsize>);
 
 impl Future for PanicsThenAnswers {
     type Output = Result<u32, ()>;

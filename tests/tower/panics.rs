@@ -1,6 +1,7 @@
 //! A panicking service, future, destructor or classifier counts a failure,
 //! frees its slots, and goes on to the caller.
 
+use crate::hostile_round3::PanicsThenAnswers;
 use crate::support::tower::*;
 use crate::support::MS;
 use std::future::Future;
@@ -114,20 +115,6 @@ fn an_inner_future_panicking_in_its_drop_counts_as_failed() {
     );
 }
 
-/// An inner future that panics on its first poll and is ready on the next.
-struct PanicsOnce(bool);
-
-impl Future for PanicsOnce {
-    type Output = Result<u32, ()>;
-    fn poll(mut self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
-        if !self.0 {
-            self.0 = true;
-            panic!("a service bug on the first poll (expected by this test)");
-        }
-        Poll::Ready(Ok(7))
-    }
-}
-
 /// A hostile caller catches the panic of the inner future's poll and polls
 /// the response future again: the request was counted once, as failed, at
 /// the panic; the second poll neither counts it again nor hands back a
@@ -141,7 +128,7 @@ fn a_response_future_polled_again_after_its_inner_future_panicked_counts_once() 
     let mut svc = BreakerLayer::new(b.clone())
         .bulkhead(bulkhead.clone())
         .classify(ErrorsOnly)
-        .layer(service_fn(|()| async { Ok::<_, ()>(()) }).map_future(|_| PanicsOnce(false)));
+        .layer(service_fn(|()| PanicsThenAnswers(Default::default())));
     let mut cx = Context::from_waker(Waker::noop());
     assert!(svc.poll_ready(&mut cx).is_ready());
     let mut fut = Box::pin(svc.call(()));
