@@ -2,13 +2,22 @@
 //! in the same run: push + pop on one thread, and two producers with one
 //! consumer on real threads (`iter_custom`). Every bench first checks that
 //! what it measures is correct.
+//!
+//! `cargo bench --bench dlq -- --interleaved [rounds]` runs no criterion
+//! group: it times both queues in both scenarios in interleaved rounds
+//! (each round runs every loop once, the order turning round by round, so a
+//! busy spell of this shared machine hits all of them) and prints each
+//! round's ratio tailguard ÷ `ArrayQueue` and the median of the ratios. On
+//! a machine with fewer than three cores the two-producer figures of both
+//! queues swing with how the scheduler places the three threads: read the
+//! median of many rounds.
 
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::Backoff;
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
@@ -135,5 +144,93 @@ fn multi_thread(c: &mut Criterion) {
     g.finish();
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+const ONE: u64 = 2_000_000;
+const TWO: u64 = 400_000;
+
+/// Nanoseconds per push + pop on one thread, out of line so that each
+/// queue's loop is compiled alone.
+#[inline(never)]
+fn one_thread_tailguard(q: &DeadLetterQueue<u64>) -> f64 {
+    let t = Instant::now();
+    for i in 0..ONE {
+        // Both queues' results reduced to the same shapes (a flag, an
+        // `Option<u64>`), so that neither loop pays for moving a larger
+        // result through memory.
+        black_box(matches!(q.push(black_box(i), Priority::Routine), Ok(Pushed::Queued)));
+        black_box(q.pop().map(|(v, _)| v));
+    }
+    t.elapsed().as_nanos() as f64 / ONE as f64
+}
+
+/// As [`one_thread_tailguard`], for `ArrayQueue`.
+#[inline(never)]
+fn one_thread_array_queue(q: &ArrayQueue<u64>) -> f64 {
+    let t = Instant::now();
+    for i in 0..ONE {
+        black_box(q.push(black_box(i)).is_ok());
+        black_box(q.pop());
+    }
+    t.elapsed().as_nanos() as f64 / ONE as f64
+}
+
+/// `--interleaved`: both scenarios, both queues, interleaved rounds; the
+/// median of the per-round ratios.
+fn interleaved(rounds: usize) {
+    let dlq = DeadLetterQueue::with_capacity(CAPACITY).unwrap();
+    let producer = dlq.producer();
+    let aq = ArrayQueue::new(CAPACITY);
+    let tg_push = |v| matches!(producer.push(v, Priority::Routine), Ok(Pushed::Queued));
+    let tg_pop = || dlq.pop().map(|(v, _)| v);
+    let aq_push = |v| aq.push(v).is_ok();
+    let aq_pop = || aq.pop();
+    let per = |d: Duration| d.as_nanos() as f64 / TWO as f64;
+    let (mut r1, mut r2) = (Vec::new(), Vec::new());
+    for round in 0..rounds.max(1) {
+        let mut t = [0.0; 4];
+        for k in 0..4 {
+            let which = (k + round) % 4;
+            t[which] = match which {
+                0 => one_thread_tailguard(&dlq),
+                1 => one_thread_array_queue(&aq),
+                2 => per(two_producers_one_consumer(TWO, tg_push, tg_pop)),
+                _ => per(two_producers_one_consumer(TWO, aq_push, aq_pop)),
+            };
+        }
+        println!(
+            "round {round}: 1 thread {:.2} / {:.2} ns = {:.3}; 2 producers + consumer {:.1} / {:.1} ns = {:.3}",
+            t[0],
+            t[1],
+            t[0] / t[1],
+            t[2],
+            t[3],
+            t[2] / t[3]
+        );
+        r1.push(t[0] / t[1]);
+        r2.push(t[2] / t[3]);
+    }
+    assert!(dlq.is_empty() && aq.is_empty());
+    println!(
+        "median ratio tailguard / ArrayQueue over {rounds} rounds: 1 thread {:.3}, \
+         2 producers + consumer {:.3}",
+        median(r1),
+        median(r2)
+    );
+}
+
 criterion_group!(benches, single_thread, multi_thread);
-criterion_main!(benches);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--interleaved") {
+        let rounds = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(15);
+        interleaved(rounds);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -286,14 +286,13 @@ fn displacement_takes_the_lowest_class_present_even_in_transit() {
     });
 }
 
-/// The consumer reads the occupancy word once and looks only at the rings
-/// of the classes it counts: capacity 2 holding an `Idle` item, a `Critical`
-/// and a `Routine` producer race two pops. A class counted in the word but
-/// still in transit is passed over, one counted zero is not looked at, and
-/// still every item is popped, displaced or refused once, FIFO per class,
+/// The consumer looks at each ring's head, highest class first, and passes
+/// over a class whose next item is still being written: capacity 2 holding
+/// an `Idle` item, a `Critical` and a `Routine` producer race two pops.
+/// Still every item is popped, displaced or refused once, FIFO per class,
 /// and the `Critical` item is never displaced.
 #[test]
-fn pop_reads_the_word_once_then_only_counted_rings() {
+fn pop_passes_over_items_in_transit() {
     model_bounded(
         2,
         Scenario {
@@ -304,4 +303,50 @@ fn pop_reads_the_word_once_then_only_counted_rings() {
             pops: 2,
         },
     );
+}
+
+/// The admission limit: capacity 1 holding an `Idle` item, two `Idle`
+/// pushes race the pop that makes room. Both reach the limit; the one that
+/// reads the pop's removal raises the limit and gets in, and never both
+/// (the queue never holds more than its capacity).
+#[test]
+fn two_pushes_at_the_limit_racing_the_pop_that_makes_room() {
+    model(Scenario {
+        capacity: 1,
+        start: 0,
+        prefill: vec![Idle],
+        producers: vec![vec![Idle], vec![Idle]],
+        pops: 1,
+    });
+}
+
+/// The consumer claims a written `Idle` head without counting while no
+/// displacement is under way: capacity 2 full of `Idle` items, a `Routine`
+/// producer displaces them one after the other while the consumer pops
+/// twice. Each `Idle` item goes to exactly one of them.
+#[test]
+fn a_pop_claiming_without_counting_never_meets_a_displacement() {
+    model_bounded(
+        2,
+        Scenario {
+            capacity: 2,
+            start: 0,
+            prefill: vec![Idle, Idle],
+            producers: vec![vec![Routine, Routine]],
+            pops: 2,
+        },
+    );
+}
+
+/// The count words' fields wrap (they start at `usize::MAX` modulo 2^21)
+/// while a `Critical` and an `Idle` push race a pop on a full queue.
+#[test]
+fn the_count_words_wrap_under_a_race() {
+    model(Scenario {
+        capacity: 1,
+        start: usize::MAX,
+        prefill: vec![Routine],
+        producers: vec![vec![Critical], vec![Idle]],
+        pops: 1,
+    });
 }

@@ -148,8 +148,14 @@ impl<T> Ring<T> {
     /// only commits to a class whose next item is already written).
     #[inline]
     pub(super) fn head_ready(&self) -> bool {
-        let head = self.head.load(Ordering::Acquire);
-        self.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1)
+        self.written(self.head.load(Ordering::Acquire))
+    }
+
+    /// Whether the slot of position `pos` holds the written item of `pos`.
+    #[inline]
+    pub(super) fn written(&self, pos: usize) -> bool {
+        // Acquire: pairs with the producer's Release store of `seq`.
+        self.slot(pos).seq.load(Ordering::Acquire) == pos.wrapping_add(1)
     }
 
     /// The consumer's removal from a ring that nobody else removes from
