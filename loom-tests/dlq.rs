@@ -350,3 +350,23 @@ fn the_count_words_wrap_under_a_race() {
         pops: 1,
     });
 }
+
+/// Under loom the count words' fields have 3 bits, so a capacity of 7 is
+/// the fields' largest value: a room, a step of the limit or a count
+/// computed from words read at different instants cannot be told from a
+/// real one by its size. Nearly full, fields and positions about to wrap,
+/// three pushes race two pops; the queue must still never hold more than 7
+/// items, and every item is accounted for once.
+#[test]
+fn a_capacity_at_the_fields_modulus() {
+    model_bounded(
+        2,
+        Scenario {
+            capacity: 7,
+            start: usize::MAX - 2,
+            prefill: vec![Idle, Routine, Idle, Critical, Routine, Idle],
+            producers: vec![vec![Idle, Critical], vec![Routine]],
+            pops: 2,
+        },
+    );
+}

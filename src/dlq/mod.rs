@@ -133,7 +133,7 @@
 //! operations when they run on different cores. `examples/dlq_floor.rs`
 //! measures it in one process: push + pop against `ArrayQueue`, and against
 //! `ArrayQueue` plus two uncontended `fetch_add`s (the floor of this
-//! design); `cargo bench --bench dlq -- --check` compares both scenarios in
+//! design); `cargo bench --bench dlq -- --interleaved` compares both scenarios in
 //! interleaved rounds.
 //!
 //! # Caveats
@@ -148,10 +148,13 @@
 //! - A remover whose item is still being written waits (spins, then yields)
 //!   for its producer; a producer descheduled in that window of a few
 //!   instructions holds it up.
-//! - [`len`](DeadLetterQueue::len), [`fallback_depth`] and [`stats`] read
-//!   the two count words one after the other: while pushes and pops run, a
-//!   reading may be a few operations out of step (never above the
-//!   capacity); when they are quiet it is exact.
+//! - [`len`](DeadLetterQueue::len) and
+//!   [`fallback_depth`](DeadLetterQueue::fallback_depth) read the removal
+//!   word, the admission word and the removal word again, and give the
+//!   queue at one instant when the removal word did not change in between;
+//!   against a consumer that pops throughout eight such tries, the reading
+//!   may be a few operations out of step (never above the capacity). When
+//!   producers and consumer are quiet it is exact.
 
 mod queue;
 mod ring;

@@ -10,7 +10,14 @@ use crate::error::{ConfigError, ConfigErrorKind};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// Bits per field of a count word.
+#[cfg(not(tailguard_loom))]
 const FIELD_BITS: u32 = 21;
+/// Under the loom models, 3 bits: a queue of capacity up to 7, small enough
+/// for a model, has a capacity near the fields' modulus, where a room or a
+/// count computed from words read at different instants could be taken
+/// for a real one; and the fields wrap within a model.
+#[cfg(tailguard_loom)]
+const FIELD_BITS: u32 = 3;
 /// One field, and the modulus every field counts in.
 const MASK: u64 = (1 << FIELD_BITS) - 1;
 /// The largest capacity a queue accepts (2^21 − 1 items): a count word's
@@ -202,8 +209,9 @@ impl<T> Inner<T> {
     }
 
     /// Room left under the admission limit `limit` for the admission word
-    /// `a`: `Some(0)` when the limit is reached, `None` when `limit` is
-    /// older than `a` (read before a raise that let `a` in).
+    /// `a`: `Some(0)` when the limit is reached, `None` when the two
+    /// disagree (a difference above the capacity: `a` older than raises of
+    /// the limit, whose CAS on `a` would fail anyway).
     #[inline]
     fn room(&self, limit: u64, a: u64) -> Option<u64> {
         let room = limit.wrapping_sub(field(a, 0)) & MASK;
@@ -253,23 +261,28 @@ impl<T> Inner<T> {
             // least the removals the limit was raised from), then the
             // admissions (so `a` and `r` describe the queue at the instant
             // `a` is read, if `rem` still holds `r` afterwards).
-            let mut lim: u64 = limit.load(Ordering::Acquire);
+            let lim: u64 = limit.load(Ordering::Acquire);
             let r = rem.load(Ordering::Acquire);
             let a = adm.load(Ordering::Acquire);
             // Raise the limit to `r`'s removals + capacity. While the limit
             // is `lim`, admissions are at most `lim` and removals at most
-            // admissions, so the step is 0..=capacity; anything else means
-            // `lim` moved meanwhile and the CAS would fail.
+            // admissions, so the step is 0..=capacity; if `lim` moved
+            // meanwhile the step may be anything, and the CAS fails.
             let step = (field(r, 0) + cap).wrapping_sub(lim) & MASK;
-            if step > 0 && step <= cap {
-                match limit.compare_exchange(lim, lim.wrapping_add(step), Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => lim = lim.wrapping_add(step),
-                    Err(_) => {
-                        crate::sync::spin(&mut backoff);
-                        continue;
-                    }
-                }
+            if step > 0
+                && step <= cap
+                && limit
+                    .compare_exchange(lim, lim.wrapping_add(step), Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                crate::sync::spin(&mut backoff);
+                continue;
             }
+            // The limit again, read after `a`: at least the limit that let
+            // the last admission of `a` in, so the room below is never
+            // computed from a limit older than `a` (with a capacity near
+            // 2^21, such a room could not be told from a real one).
+            let lim: u64 = limit.load(Ordering::Acquire);
             match self.room(lim, a) {
                 Some(room) if room > 0 => {
                     if adm
@@ -286,7 +299,8 @@ impl<T> Inner<T> {
                     // `r`, they were the queue at the instant `a` was read.
                 }
                 _ => {
-                    // `lim` or `r` older than `a`: read them again.
+                    // `r` older than `a`, or `a` much older than the limit:
+                    // read them again.
                     crate::sync::spin(&mut backoff);
                     continue;
                 }
@@ -394,26 +408,47 @@ impl<T> Inner<T> {
         }
     }
 
-    /// The admission and removal words, read so that they agree (the
-    /// removals first: admissions read after are at least as many), for the
-    /// metrics.
-    fn words(&self) -> (u64, u64) {
-        let r = self.removal.rem.load(Ordering::Acquire);
-        let a = self.admission.adm.load(Ordering::Acquire);
-        (a, r)
+    /// The admission and removal words as they were at one instant, for
+    /// the metrics: the removals, the admissions, the removals again; if
+    /// the removal word did not change meanwhile, the two describe the
+    /// queue at the instant the admissions were read. After a few tries
+    /// against a consumer that keeps popping, the last pair (whose counts
+    /// may be a few operations out of step) and `false`.
+    fn words(&self) -> (u64, u64, bool) {
+        let Removal { rem, .. } = &*self.removal;
+        let mut r = rem.load(Ordering::Acquire);
+        for _ in 0..8 {
+            let a = self.admission.adm.load(Ordering::Acquire);
+            let again = rem.load(Ordering::Acquire);
+            if again == r {
+                return (a, r, true);
+            }
+            r = again;
+        }
+        (self.admission.adm.load(Ordering::Acquire), r, false)
     }
 
     pub(super) fn len(&self) -> usize {
-        let (a, r) = self.words();
+        let (a, r, _) = self.words();
         (total(a, r) as usize).min(self.capacity)
     }
 
     pub(super) fn fallback_depth(&self) -> FallbackDepth {
-        let (a, r) = self.words();
+        let (a, r, exact) = self.words();
+        let n = |class: usize| count(a, r, class) as usize;
+        let (mut idle, mut routine, mut critical) = (n(0), n(1), n(2));
+        if !exact {
+            // Never more than the capacity in all, even out of step: the
+            // lower classes give way first, as in the queue.
+            let cap = self.capacity;
+            critical = critical.min(cap);
+            routine = routine.min(cap - critical);
+            idle = idle.min(cap - critical - routine);
+        }
         FallbackDepth {
-            idle: count(a, r, 0) as usize,
-            routine: count(a, r, 1) as usize,
-            critical: count(a, r, 2) as usize,
+            idle,
+            routine,
+            critical,
         }
     }
 

@@ -102,7 +102,7 @@ impl<T> Ring<T> {
     }
 
     /// Removes the item at the head for a remover that has already claimed
-    /// one item of this class in the occupancy word: the item exists (its
+    /// one item of this class in the removal word: the item exists (its
     /// producer was admitted), so wait while it is in transit (its producer
     /// between admission and writing it), or while another remover's view
     /// of the head is ahead of this one's. Off the pop's path (a race with
