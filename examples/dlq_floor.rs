@@ -3,8 +3,8 @@
 //! by round so that a busy machine moves all three alike:
 //!
 //! - `tailguard`: `DeadLetterQueue` push + pop (`Routine`), four atomic
-//!   read-modify-writes (the admission CAS, the tail `fetch_add`, the
-//!   removal CAS, the head CAS);
+//!   read-modify-writes (the occupancy CAS on each side, the tail
+//!   `fetch_add`, the head CAS);
 //! - `array_queue`: `ArrayQueue` push + pop, two (the tail CAS, the head CAS);
 //! - `array_queue+2rmw`: the same plus two uncontended `fetch_add`s, the two
 //!   extra read-modify-writes exact class counts cost.

@@ -24,7 +24,7 @@
 //! | tasks parked elsewhere, woken by a transition into OPEN (`breaker/watch.rs`) | `a_parked_task_is_woken_or_sees_the_breaker_open` |
 //! | the recovery ramp: its start published after the close's CAS, its count, its end against a trip in it (`breaker/ramp.rs`) | `a_call_racing_the_close_into_a_ramp_is_refused_and_the_share_follows`, `a_ramp_s_end_racing_a_trip_in_it_backs_off_once` |
 //! | events queued by every transition, delivered in order off the hot path (`events.rs`) | `events_of_racing_overrides_arrive_in_order_and_none_is_unaccounted`, `a_hot_path_transition_racing_an_override_is_delivered_in_order` |
-//! | the queue: slot `seq` protocol, the admission and removal words, the admission limit, displacement, the consumer's pop and its claim without counting (`dlq/`) | the thirteen models of `dlq.rs` (four with bounds of their own, as they state) |
+//! | the queue: slot `seq` protocol, the occupancy word, displacement, the consumer's pop (`dlq/`) | the seventeen models of `dlq.rs` (seven with bounds of their own, as they state) |
 //! | the emit path: shutdown against diversions, the bulkhead's slots, one replay at a time, a replay's trigger against a shutdown (`emit/`, `bulkhead.rs`) | the four models of `emit.rs` |
 //!
 //! Not modelled: the ticker thread's start and stop and the coarse clock's

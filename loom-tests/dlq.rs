@@ -305,12 +305,11 @@ fn pop_passes_over_items_in_transit() {
     );
 }
 
-/// The admission limit: capacity 1 holding an `Idle` item, two `Idle`
-/// pushes race the pop that makes room. Both reach the limit; the one that
-/// reads the pop's removal raises the limit and gets in, and never both
-/// (the queue never holds more than its capacity).
+/// Capacity 1 holding an `Idle` item, two `Idle` pushes race the pop that
+/// makes room: one of them gets in, never both (the queue never holds more
+/// than its capacity).
 #[test]
-fn two_pushes_at_the_limit_racing_the_pop_that_makes_room() {
+fn two_pushes_racing_the_pop_that_makes_room() {
     model(Scenario {
         capacity: 1,
         start: 0,
@@ -320,12 +319,12 @@ fn two_pushes_at_the_limit_racing_the_pop_that_makes_room() {
     });
 }
 
-/// The consumer claims a written `Idle` head without counting while no
-/// displacement is under way: capacity 2 full of `Idle` items, a `Routine`
-/// producer displaces them one after the other while the consumer pops
-/// twice. Each `Idle` item goes to exactly one of them.
+/// A displacing producer and the consumer remove from one ring: capacity 2
+/// full of `Idle` items, a `Routine` producer displaces them one after the
+/// other while the consumer pops twice. Each `Idle` item goes to exactly
+/// one of them.
 #[test]
-fn a_pop_claiming_without_counting_never_meets_a_displacement() {
+fn a_displacer_and_the_consumer_remove_from_one_ring() {
     model_bounded(
         2,
         Scenario {
@@ -338,10 +337,10 @@ fn a_pop_claiming_without_counting_never_meets_a_displacement() {
     );
 }
 
-/// The count words' fields wrap (they start at `usize::MAX` modulo 2^21)
+/// Positions start at `usize::MAX` (every ring wraps at its first item)
 /// while a `Critical` and an `Idle` push race a pop on a full queue.
 #[test]
-fn the_count_words_wrap_under_a_race() {
+fn positions_wrap_under_a_race() {
     model(Scenario {
         capacity: 1,
         start: usize::MAX,
@@ -351,14 +350,11 @@ fn the_count_words_wrap_under_a_race() {
     });
 }
 
-/// Under loom the count words' fields have 3 bits, so a capacity of 7 is
-/// the fields' largest value: a room, a step of the limit or a count
-/// computed from words read at different instants cannot be told from a
-/// real one by its size. Nearly full, fields and positions about to wrap,
-/// three pushes race two pops; the queue must still never hold more than 7
-/// items, and every item is accounted for once.
+/// Capacity 7 nearly full of every class, positions about to wrap, three
+/// pushes race two pops: the queue never holds more than 7 items, and every
+/// item is accounted for once.
 #[test]
-fn a_capacity_at_the_fields_modulus() {
+fn a_capacity_of_seven_nearly_full() {
     model_bounded(
         2,
         Scenario {
@@ -366,6 +362,74 @@ fn a_capacity_at_the_fields_modulus() {
             start: usize::MAX - 2,
             prefill: vec![Idle, Routine, Idle, Critical, Routine, Idle],
             producers: vec![vec![Idle, Critical], vec![Routine]],
+            pops: 2,
+        },
+    );
+}
+
+/// Never more than `capacity` items, against a producer preempted between
+/// its read of the word and its CAS while the others go round the queue:
+/// 8 `Routine` admissions and a pop on a queue of capacity 7. Found by a
+/// hostile review of a design that counted admissions modulo a field's
+/// size (the word came back to the value the preempted producer had read,
+/// and its CAS admitted an eighth item); the occupancy word holds the items
+/// present, so the CAS succeeds only on a word whose room is real. The
+/// queue is moved into a second thread so that one preemption (the first
+/// producer's, between its load and its CAS) is enough.
+#[test]
+fn a_producer_preempted_while_the_others_go_round_never_overfills() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(1);
+    b.check(|| {
+        let q = DeadLetterQueue::with_capacity_starting_at(7, 0).unwrap();
+        let p = q.producer();
+        let t = thread::spawn(move || matches!(p.push(100u32, Routine), Ok(Pushed::Queued)));
+        let owner = thread::spawn(move || {
+            // 7 pushes fill it, one pop, one push: 8 Routine admissions, and
+            // the queue is full.
+            for k in 0..7u32 {
+                let _ = q.push(k, Routine);
+            }
+            let _ = q.pop();
+            let _ = q.push(7, Routine);
+            q
+        });
+        let _ = t.join().unwrap();
+        let q = owner.join().unwrap();
+        let depth = q.fallback_depth();
+        let mut left = 0;
+        while q.pop().is_some() {
+            left += 1;
+        }
+        assert!(left <= 7, "capacity 7 held {left} items (fallback_depth {depth:?})");
+        assert!(depth.total() <= 7, "fallback_depth {depth:?} above the capacity");
+    });
+}
+
+/// Two displacers (`Routine`, `Critical`) and a pop on a queue of capacity 2
+/// full of `Idle` items: each `Idle` item goes to exactly one of them.
+#[test]
+fn two_displacers_and_a_pop() {
+    model(Scenario {
+        capacity: 2,
+        start: 0,
+        prefill: vec![Idle, Idle],
+        producers: vec![vec![Routine], vec![Critical]],
+        pops: 1,
+    });
+}
+
+/// Capacity 6, positions about to wrap, every class, pushes of a full queue
+/// racing two pops.
+#[test]
+fn cap6_every_class_near_the_positions_wrap() {
+    model_bounded(
+        1,
+        Scenario {
+            capacity: 6,
+            start: usize::MAX - 4,
+            prefill: vec![Critical, Idle, Routine, Idle, Routine],
+            producers: vec![vec![Idle, Critical], vec![Routine, Critical]],
             pops: 2,
         },
     );

@@ -68,33 +68,19 @@
 //! # Design
 //!
 //! One bounded ring per class (`ring.rs`, which holds all of the queue's
-//! `unsafe`), and two *count words* that say how many items of each class
-//! the queue holds (`queue.rs`): one the producers write, one the consumer
-//! writes, each in its own cache line.
+//! `unsafe`), and one *occupancy word* that says how many items of each
+//! class the queue holds (`queue.rs`).
 //!
-//! - **The admission word** (one `AtomicU64`, the producers' line): the
-//!   items admitted since the queue was made, of every class, of `Routine`
-//!   and of `Critical`, 21 bits each, counting modulo 2^21 (hence
-//!   [`MAX_CAPACITY`]). A push is admitted by one CAS on it. Beside it, the
-//!   *admission limit*: removals seen + capacity. A push is admitted while
-//!   the admissions are below the limit, so the producers' fast path reads
-//!   nothing the consumer writes; a push that reaches the limit reads the
-//!   removal word and raises the limit. The limit is only ever raised from
-//!   removals that happened, so the queue never holds more than its
-//!   capacity.
-//! - **The removal word** (the consumer's line): the items claimed by a
-//!   remover, less the items displacements added, in the same three fields.
-//!   The items of a class are its admissions less its removals. A pop's
-//!   claim (one fewer of its class) and a displacement (one fewer of the
-//!   lower class, one more of the higher) are each one CAS on it, so they
-//!   are exact against each other: an item is counted from the moment its
-//!   push is admitted (even before it is written) until a remover claims it
-//!   (even before it is taken out), and is never in transit between two
-//!   counters. A full push reads the limit, the removal word and the
-//!   admission word, then checks that the removal word has not changed:
-//!   the two words then describe the queue at one instant, so a `Critical`
-//!   push sees exactly whether every item is `Critical`, and a displacement
-//!   sees exactly the lowest class present.
+//! - **The occupancy word** (one `AtomicU64`): the items of class
+//!   `Critical`, of class `Routine` and of every class, 21 bits each (hence
+//!   [`MAX_CAPACITY`]). An item is counted from the moment its push is
+//!   admitted, even before it is written, to the moment a remover claims
+//!   it, even before it is taken out. Admission (total below capacity: one
+//!   more of the class), displacement (one fewer of the lower class, one
+//!   more of the higher) and removal (one fewer) are each one CAS on it. So
+//!   the counts are always exact and an item is never in transit between
+//!   two counters: a `Critical` push sees exactly whether every item is
+//!   `Critical`, and a displacement sees exactly the lowest class present.
 //! - **The rings**: Vyukov-style arrays of slots with a per-slot sequence
 //!   number (`seq`). Positions (`head`, `tail`, and the `seq` of each slot)
 //!   are `usize` counters that wrap; a position maps to slot `pos & mask`.
@@ -110,31 +96,27 @@
 //!   (`Idle`, `Routine`): those heads are claimed by CAS. Nobody displaces a
 //!   `Critical` item, so the `Critical` head has one writer, the consumer.
 //!   Tails are claimed by `fetch_add` (admission already made the room). A
-//!   displacing producer claims its item in the removal word first, then
-//!   takes the oldest item of that ring; if it is still in transit (its
-//!   producer admitted but not done writing), it waits for it, a few
+//!   remover claims its item in the occupancy word first, then takes the
+//!   oldest item of that ring; if it is still in transit (its producer
+//!   admitted but not done writing), the remover waits for it, a few
 //!   instructions.
-//! - **The consumer's pop** looks at the rings highest class first and
-//!   takes the first written head. It does not read the admission word: a
-//!   written `Critical` head is counted and only the consumer removes it,
-//!   and a written `Routine` or `Idle` head is one no displacement has
-//!   claimed while no displacement is under way (a counter beside the
-//!   removal word, raised before a displacement's claim and lowered once its
-//!   item is out). Only while one is under way does the pop read the
-//!   admission word and count.
+//! - **The consumer's pop** reads the occupancy word once and looks only at
+//!   the rings of the classes it counts, highest first (`Critical` is the
+//!   word's lowest field, so that question is one mask): an empty queue is
+//!   one read, and a pop touches no ring line of an empty class. It commits
+//!   to a class whose next item is written; its claim CAS starts from that
+//!   read.
 //!
 //! Per push + pop that is four read-modify-write operations for `Idle` and
-//! `Routine` items (the admission CAS, the tail `fetch_add`, the removal
-//! CAS, the head CAS) and three for `Critical` items; crossbeam's
-//! `ArrayQueue` has two. The difference is the price of priorities that
-//! never lose an item: the consumer and displacing producers agree, in one
-//! word, on which class each removal comes out of. With the producers and
-//! the consumer on their own lines, that price stays a few uncontended
-//! operations when they run on different cores. `examples/dlq_floor.rs`
-//! measures it in one process: push + pop against `ArrayQueue`, and against
-//! `ArrayQueue` plus two uncontended `fetch_add`s (the floor of this
-//! design); `cargo bench --bench dlq -- --interleaved` compares both scenarios in
-//! interleaved rounds.
+//! `Routine` items (the occupancy CAS on each side, the tail `fetch_add`,
+//! the head CAS) and three for `Critical` items; crossbeam's `ArrayQueue`
+//! has two. The difference is the price of priorities that never lose an
+//! item: the consumer and displacing producers agree, in one word, on which
+//! class each removal comes out of. `examples/dlq_floor.rs` measures it in
+//! one process: push + pop against `ArrayQueue`, and against `ArrayQueue`
+//! plus two uncontended `fetch_add`s (the floor of this design);
+//! `cargo bench --bench dlq -- --interleaved` compares one thread and two
+//! producers with a consumer against `ArrayQueue` in interleaved rounds.
 //!
 //! # Caveats
 //!
@@ -142,19 +124,21 @@
 //!   lower-class item (the consumer only commits to a class whose next item
 //!   is written; it does not wait for a producer mid-write). FIFO within a
 //!   class is never violated.
-//! - A push decides "full" from the count words at one instant; if the
+//! - A push decides "full" from the occupancy word at one instant; if the
 //!   consumer pops right after, the push may still have displaced an item
 //!   although room was made a moment later.
 //! - A remover whose item is still being written waits (spins, then yields)
 //!   for its producer; a producer descheduled in that window of a few
 //!   instructions holds it up.
-//! - [`len`](DeadLetterQueue::len) and
-//!   [`fallback_depth`](DeadLetterQueue::fallback_depth) read the removal
-//!   word, the admission word and the removal word again, and give the
-//!   queue at one instant when the removal word did not change in between;
-//!   against a consumer that pops throughout eight such tries, the reading
-//!   may be a few operations out of step (never above the capacity). When
-//!   producers and consumer are quiet it is exact.
+//! - A displacement racing the consumer's pop of the same class claims "one
+//!   item of the class" in the occupancy word, not a position, and the two
+//!   then take the oldest items in whichever order they reach the ring's
+//!   head. So the displacement may hand back the second-oldest item while
+//!   the pop returns the oldest (or the reverse), an outcome no order of the
+//!   two operations gives (a loom model of a `Routine` push racing a pop on
+//!   a full queue of two `Idle` items finds it). Each item still goes to exactly one of them, pops of a
+//!   class stay in FIFO order, and only the lowest class present is ever
+//!   displaced.
 
 mod queue;
 mod ring;

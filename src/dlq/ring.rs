@@ -102,7 +102,7 @@ impl<T> Ring<T> {
     }
 
     /// Removes the item at the head for a remover that has already claimed
-    /// one item of this class in the removal word: the item exists (its
+    /// one item of this class in the occupancy word: the item exists (its
     /// producer was admitted), so wait while it is in transit (its producer
     /// between admission and writing it), or while another remover's view
     /// of the head is ahead of this one's. Off the pop's path (a race with
@@ -148,14 +148,8 @@ impl<T> Ring<T> {
     /// only commits to a class whose next item is already written).
     #[inline]
     pub(super) fn head_ready(&self) -> bool {
-        self.written(self.head.load(Ordering::Acquire))
-    }
-
-    /// Whether the slot of position `pos` holds the written item of `pos`.
-    #[inline]
-    pub(super) fn written(&self, pos: usize) -> bool {
-        // Acquire: pairs with the producer's Release store of `seq`.
-        self.slot(pos).seq.load(Ordering::Acquire) == pos.wrapping_add(1)
+        let head = self.head.load(Ordering::Acquire);
+        self.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1)
     }
 
     /// The consumer's removal from a ring that nobody else removes from
