@@ -71,6 +71,13 @@ fn one(class: usize) -> u64 {
     (1 << TOTAL_SHIFT) | own
 }
 
+/// What the full path of a push did: decided, or handed the item back with
+/// the occupancy word it found instead of the one it was given.
+enum FullStep<T> {
+    Done(Result<Pushed<T>, Full<T>>),
+    Again(T, u64),
+}
+
 /// The shared state of a queue.
 pub(super) struct Inner<T> {
     hot: CachePadded<Hot>,
@@ -135,9 +142,17 @@ impl<T> Inner<T> {
 
     #[inline]
     pub(super) fn push(&self, item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
+        self.push_from(self.hot.occupancy.load(Ordering::Acquire), item, class)
+    }
+
+    /// `push`, given `cur`, a read of the occupancy word (perhaps stale: the
+    /// CAS hands back the current one). Admission is this loop; a full
+    /// queue goes to `full`, out of line, which decides or sends the item
+    /// back here with a newer word.
+    #[inline]
+    fn push_from(&self, mut cur: u64, mut item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
         let c = class.index();
         let occupancy = &self.hot.occupancy;
-        let mut cur = occupancy.load(Ordering::Acquire);
         loop {
             if total(cur) < self.capacity {
                 match occupancy.compare_exchange_weak(cur, cur + one(c), Ordering::AcqRel, Ordering::Acquire) {
@@ -149,49 +164,45 @@ impl<T> Inner<T> {
                 }
                 continue;
             }
-            return self.push_full(cur, item, class);
+            match self.full(cur, item, class) {
+                FullStep::Done(result) => return result,
+                FullStep::Again(back, actual) => (item, cur) = (back, actual),
+            }
         }
     }
 
     /// The slow path of `push`: the occupancy word `cur` says full. Displace
     /// the oldest item of the lowest class present below `class`, or hand
-    /// the item back if every item in the queue is of `class` or above.
+    /// the item back if every item in the queue is of `class` or above; if
+    /// the word changed meanwhile, give the item back to `push_from` with
+    /// the current word (room may have been made).
     #[cold]
     #[inline(never)]
-    fn push_full(&self, mut cur: u64, item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
+    fn full(&self, cur: u64, item: T, class: Priority) -> FullStep<T> {
         let c = class.index();
-        let occupancy = &self.hot.occupancy;
-        loop {
-            if total(cur) < self.capacity {
-                // Room was made meanwhile.
-                match occupancy.compare_exchange_weak(cur, cur + one(c), Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => {
-                        self.rings[c].insert(&self.hot.tails[c], item);
-                        return Ok(Pushed::Queued);
-                    }
-                    Err(actual) => cur = actual,
-                }
-                continue;
+        let Some(lower) = (0..c).find(|&j| count(cur, j) > 0) else {
+            // Full, and at this instant every item counted is of this class
+            // or a higher one.
+            self.rings[c].slow.handed_back.fetch_add(1, Ordering::Relaxed);
+            return FullStep::Done(Err(Full(item)));
+        };
+        // One item of class `lower` gives way to this one: claimed in the
+        // word first, then taken out of its ring (the oldest), so no other
+        // remover can count on it.
+        let displaced = cur - one(lower) + one(c);
+        match self
+            .hot
+            .occupancy
+            .compare_exchange_weak(cur, displaced, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                let ring = &self.rings[lower];
+                let old = ring.take_claimed();
+                ring.slow.displaced.fetch_add(1, Ordering::Relaxed);
+                self.rings[c].insert(&self.hot.tails[c], item);
+                FullStep::Done(Ok(Pushed::Displaced(old, Priority::from_index(lower))))
             }
-            let Some(lower) = (0..c).find(|&j| count(cur, j) > 0) else {
-                // Full, and at this instant every item counted is of this
-                // class or a higher one.
-                self.rings[c].slow.handed_back.fetch_add(1, Ordering::Relaxed);
-                return Err(Full(item));
-            };
-            // One item of class `lower` gives way to this one: claimed in the
-            // word first, then taken out of its ring (the oldest), so no
-            // other remover can count on it.
-            match occupancy.compare_exchange_weak(cur, cur - one(lower) + one(c), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    let ring = &self.rings[lower];
-                    let old = ring.take_claimed();
-                    ring.slow.displaced.fetch_add(1, Ordering::Relaxed);
-                    self.rings[c].insert(&self.hot.tails[c], item);
-                    return Ok(Pushed::Displaced(old, Priority::from_index(lower)));
-                }
-                Err(actual) => cur = actual,
-            }
+            Err(actual) => FullStep::Again(item, actual),
         }
     }
 
@@ -385,7 +396,7 @@ mod tests {
         let full = inner.hot.occupancy.load(Ordering::Acquire);
         assert_eq!(inner.pop(), Some((1, Priority::Idle)));
         assert!(matches!(
-            inner.push_full(full, 3, Priority::Routine),
+            inner.push_from(full, 3, Priority::Routine),
             Ok(Pushed::Queued)
         ));
         let d = inner.fallback_depth();
