@@ -43,8 +43,9 @@
 //! straightforward way costs, not a floor: `precise_guessed` keeps the same
 //! semantics (every difference in its bucket by the end of its iteration)
 //! and, with this loop's steady latencies, costs little over the reads.
-//! docs/figures.md has what the same guess did (and did not do) for the
-//! emit.
+//! The blocking emit does the same (the breaker's bucket word and the
+//! emitter's time bucket guessed from the thread's previous emit, both
+//! shards found before the end reading): docs/figures.md has the figures.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it, unoptimised) it
 //! runs each loop a few times and checks every emit delivered.

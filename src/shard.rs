@@ -7,6 +7,11 @@
 //! latency bucket of its key. Calls, slow calls and the latency quantiles all
 //! come from the buckets at window close, and the slow count is exact (see
 //! `sketch::bucket_of`); a failed call adds one more `fetch_add` on `errors`.
+//! The blocking emit records with `Shard::record_guessed`: the add goes
+//! first to the word the thread's last record went to (adding nothing if
+//! that is not the call's), so that no store's address waits for the clock
+//! reading just taken, and a second `fetch_add` goes to the right word only
+//! when the guess missed.
 //!
 //! A shared shard is built by the first call of a thread that maps to it
 //! (each slot a set-once pointer, `sync::OnceBox`): the shard count a
@@ -57,6 +62,10 @@ const WORDS: usize = BUCKETS.div_ceil(LANES);
 const _: () = assert!(WORDS < 64, "the touched mask has one bit per word, and one for carries");
 const LANE_MASK: u64 = 0xffff;
 const SPILL_AT: u64 = 1 << 15;
+std::thread_local! {
+    /// The bucket word this thread's last record went to.
+    static LAST_WORD: core::cell::Cell<u8> = const { core::cell::Cell::new(0) };
+}
 /// Most shared counter shards a breaker may be configured with.
 pub(crate) const MAX_SHARDS: usize = 1024;
 
@@ -132,6 +141,33 @@ impl Shard {
     pub(crate) fn record(&self, bucket: usize, error: bool) {
         let shift = 16 * (bucket % LANES) as u32;
         let prev = self.buckets[bucket / LANES].fetch_add(1 << shift, Ordering::Relaxed);
+        self.recorded(bucket, shift, prev, error);
+    }
+
+    /// As [`record`](Self::record), for a latency read from the clock just
+    /// before: the add goes first to the bucket word this thread's last
+    /// record went to (`hit as u64` there, so nothing when it is not the
+    /// one), and to the real word only if that guess missed. A store whose
+    /// address depends on a TSC reading holds the next reading back (about
+    /// 10 ns a call on this project's machine, `benches/emit_overhead.rs`);
+    /// the guessed word's address does not depend on it, only the value
+    /// added does. The counts are those of `record`: one added to
+    /// `bucket`'s lane before this returns.
+    #[inline(always)]
+    pub(crate) fn record_guessed(&self, bucket: usize, error: bool) {
+        let shift = 16 * (bucket % LANES) as u32;
+        let word = bucket / LANES;
+        let guess = crate::sketch::guessed(&LAST_WORD, WORDS);
+        let hit = guess == word;
+        let prev = self.buckets[guess].fetch_add(u64::from(hit) << shift, Ordering::Relaxed);
+        let prev = if hit { prev } else { self.record_missed(word, shift) };
+        self.recorded(bucket, shift, prev, error);
+    }
+
+    /// What follows the add of a record to `bucket`'s lane (at `shift` in
+    /// its word), which found `prev` there.
+    #[inline(always)]
+    fn recorded(&self, bucket: usize, shift: u32, prev: u64, error: bool) {
         if prev == 0 {
             self.touched.fetch_or(1 << (bucket / LANES), Ordering::Release);
         }
@@ -145,6 +181,15 @@ impl Shard {
             // an error it sees has its call counted in that window or before.
             self.errors.fetch_add(1, Ordering::Release);
         }
+    }
+
+    /// The record whose bucket word was not the guessed one: adds where it
+    /// belongs and makes it the thread's next guess.
+    #[cold]
+    #[inline(never)]
+    fn record_missed(&self, word: usize, shift: u32) -> u64 {
+        LAST_WORD.with(|w| w.set(word as u8));
+        self.buckets[word].fetch_add(1 << shift, Ordering::Relaxed)
     }
 
     #[cold]
@@ -611,6 +656,39 @@ mod tests {
             shards.drain(&mut c, |_, _| {});
             assert_eq!((c.calls, c.slow), (6, slow), "threshold {threshold}");
         }
+    }
+
+    /// `record_guessed` counts what `record` counts, whatever the thread
+    /// guessed: latencies that stay in one word, hop between words, come
+    /// back, straddle the threshold, carry errors, and fill a lane past its
+    /// spill point, fed to two breakers' shards the two ways, drain to the
+    /// same counts and the same sketch.
+    #[test]
+    #[cfg_attr(miri, ignore = "tens of thousands of records")]
+    fn a_guessed_record_counts_what_a_record_counts() {
+        let threshold = 1_000_000;
+        let (plain, guessed) = (Shards::new(1, 0, false, threshold), Shards::new(1, 0, false, threshold));
+        let t = plain.threshold_index;
+        let mut latencies = vec![0u64, 1, 10, 500, 2_000, 2_000, 50_000, 10, 10, u64::MAX];
+        latencies.extend([threshold - 1, threshold, threshold + 1, threshold * 3, 700]);
+        // One lane past its spill point, with hops to other words between.
+        latencies.extend((0..SPILL_AT + 7).map(|i| if i % 1_000 == 999 { 5_000_000 } else { 3_000 }));
+        for (i, &ns) in latencies.iter().enumerate() {
+            let slow = ns > threshold;
+            let error = i % 7 == 3;
+            plain.mine().record(bucket_of(ns, slow, t), error);
+            guessed.mine().record_guessed(bucket_of(ns, slow, t), error);
+        }
+        let drained = |shards: &Shards| {
+            let mut c = Counts::default();
+            let mut sketch = std::collections::BTreeMap::new();
+            shards.drain(&mut c, |key, n| *sketch.entry(key).or_insert(0u64) += n);
+            (c, sketch)
+        };
+        let (pc, ps) = drained(&plain);
+        let (gc, gs) = drained(&guessed);
+        assert_eq!(pc.calls, latencies.len() as u64);
+        assert_eq!((gc, gs), (pc, ps));
     }
 
     #[test]

@@ -91,6 +91,12 @@ pub(crate) fn key_index(ns: u64) -> usize {
     }
 }
 
+/// The thread's guess in `hint`, below `len`.
+#[inline(always)]
+pub(crate) fn guessed(hint: &'static std::thread::LocalKey<core::cell::Cell<u8>>, len: usize) -> usize {
+    (hint.with(core::cell::Cell::get) as usize).min(len - 1)
+}
+
 /// The bucket a call is counted in: its key's, except that a slow call in
 /// the threshold's own bucket goes to [`STRADDLE`].
 #[inline(always)]

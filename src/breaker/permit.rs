@@ -11,7 +11,7 @@ use super::transition::ProbeOutcome;
 use super::{Breaker, Inner};
 use crate::config::CancelPolicy;
 use crate::report::{NoLocalShard, Rejected};
-use crate::shard::LocalShard;
+use crate::shard::{LocalShard, Shard};
 use crate::sketch::bucket_of;
 use crate::state::{Word, GEN_MASK};
 use crate::sync::{Arc, Ordering};
@@ -82,7 +82,11 @@ pub(super) struct Core<'a> {
 /// Where a verdict is counted.
 #[derive(Clone, Copy)]
 enum Sink<'a> {
+    /// The calling thread's shard, found now.
     Shared,
+    /// The calling thread's shard, found before the clock's end reading
+    /// (see [`Permit::shard`]).
+    Resolved(&'a Shard),
     Local(&'a LocalShard),
 }
 
@@ -93,6 +97,7 @@ impl Sink<'_> {
         let bucket = bucket_of(latency_ns, slow, t);
         match self {
             Sink::Shared => inner.shards.mine().record(bucket, error),
+            Sink::Resolved(shard) => shard.record_guessed(bucket, error),
             Sink::Local(shard) => shard.record(bucket, error),
         }
     }
@@ -100,6 +105,7 @@ impl Sink<'_> {
     fn cancel(self, inner: &Inner) {
         match self {
             Sink::Shared => inner.shards.mine().cancel(),
+            Sink::Resolved(shard) => shard.cancel(),
             Sink::Local(shard) => shard.cancel(),
         }
     }
@@ -107,6 +113,7 @@ impl Sink<'_> {
     fn stale(self, inner: &Inner) {
         match self {
             Sink::Shared => inner.shards.mine().stale(),
+            Sink::Resolved(shard) => shard.stale(),
             Sink::Local(shard) => shard.stale(),
         }
     }
@@ -117,6 +124,7 @@ impl Sink<'_> {
     fn error_of_counted(self, inner: &Inner) {
         match self {
             Sink::Shared => inner.shards.mine().error_of_counted(),
+            Sink::Resolved(shard) => shard.error_of_counted(),
             Sink::Local(shard) => shard.error_of_counted(),
         }
     }
@@ -280,7 +288,7 @@ pub struct Permit<'a> {
     pub(super) core: Core<'a>,
 }
 
-impl Permit<'_> {
+impl<'a> Permit<'a> {
     /// Records the verdict, measuring the latency since `allow` with the
     /// breaker's clock.
     ///
@@ -333,6 +341,34 @@ impl Permit<'_> {
     pub(crate) fn record_latency_ns(self, latency_ns: u64, ok: bool) {
         let this = ManuallyDrop::new(self);
         this.core.finish(latency_ns, ok, Sink::Shared);
+    }
+
+    /// The calling thread's shard of this permit's breaker, where its
+    /// verdict is counted. The blocking emit finds it before its end
+    /// reading of the clock and records with
+    /// [`record_latency_ns_in`](Self::record_latency_ns_in): found after
+    /// the reading, it costs the precise emit about 10 ns (see
+    /// `benches/emit_overhead.rs`).
+    #[inline(always)]
+    pub(crate) fn shard(&self) -> &'a Shard {
+        self.core.inner.shards.mine()
+    }
+
+    /// As [`record_latency_ns`](Self::record_latency_ns), counted in
+    /// `shard`, which must be [`shard`](Self::shard) of this permit, found
+    /// on this thread.
+    #[inline(always)]
+    pub(crate) fn record_latency_ns_in(self, shard: &Shard, latency_ns: u64, ok: bool) {
+        let this = ManuallyDrop::new(self);
+        this.core.finish(latency_ns, ok, Sink::Resolved(shard));
+    }
+
+    /// As [`record_timeout_ns`](Self::record_timeout_ns), counted in
+    /// `shard` (as [`record_latency_ns_in`](Self::record_latency_ns_in)).
+    #[inline]
+    pub(crate) fn record_timeout_ns_in(self, shard: &Shard, elapsed_ns: u64) {
+        let this = ManuallyDrop::new(self);
+        this.core.finish_timed_out(elapsed_ns, Sink::Resolved(shard));
     }
 
     /// As [`record_timeout`](Self::record_timeout), in nanoseconds.

@@ -11,6 +11,7 @@ use crate::breaker::Breaker;
 use crate::bulkhead::{Bulkhead, BulkheadFull, BulkheadPermit, OwnedBulkheadPermit};
 use crate::dlq::{Priority, Pushed};
 use crate::report::Rejected;
+use crate::shard::Shard;
 use crate::{LocalPermit, OwnedPermit, Permit};
 use std::any::Any;
 use std::panic::resume_unwind;
@@ -48,12 +49,28 @@ pub(super) enum Outcome<R> {
 /// A breaker permit's verdicts, for [`Host::Permit`], in nanoseconds on
 /// the breaker's clock (as the emit measured them: no round trip through a
 /// `Duration`).
-pub(super) trait Verdict {
+pub(super) trait Verdict: Sized {
+    /// Where the verdict is counted, found before the clock's end reading
+    /// ([`target`](Self::target)): a shared permit's thread shard (found
+    /// after the reading, it costs the precise emit about 10 ns, see
+    /// `benches/emit_overhead.rs`); nothing for the others.
+    type Target: Copy;
+    fn target(&self) -> Self::Target;
     fn record_latency_ns(self, latency_ns: u64, ok: bool);
     fn record_timeout_ns(self, elapsed_ns: u64);
+    /// As `record_latency_ns`, counted in `target`, which this permit's
+    /// [`target`](Self::target) gave on this thread.
+    fn record_latency_in(self, target: Self::Target, latency_ns: u64, ok: bool);
+    /// As `record_timeout_ns`, counted in `target`.
+    fn record_timeout_in(self, target: Self::Target, elapsed_ns: u64);
 }
 
-impl Verdict for Permit<'_> {
+impl<'a> Verdict for Permit<'a> {
+    type Target = &'a Shard;
+    #[inline(always)]
+    fn target(&self) -> &'a Shard {
+        self.shard()
+    }
     #[inline(always)]
     fn record_latency_ns(self, latency_ns: u64, ok: bool) {
         Permit::record_latency_ns(self, latency_ns, ok);
@@ -62,9 +79,20 @@ impl Verdict for Permit<'_> {
     fn record_timeout_ns(self, elapsed_ns: u64) {
         Permit::record_timeout_ns(self, elapsed_ns);
     }
+    #[inline(always)]
+    fn record_latency_in(self, shard: &'a Shard, latency_ns: u64, ok: bool) {
+        self.record_latency_ns_in(shard, latency_ns, ok);
+    }
+    #[inline]
+    fn record_timeout_in(self, shard: &'a Shard, elapsed_ns: u64) {
+        self.record_timeout_ns_in(shard, elapsed_ns);
+    }
 }
 
 impl Verdict for crate::OwnedPermit {
+    type Target = ();
+    #[inline(always)]
+    fn target(&self) {}
     #[inline(always)]
     fn record_latency_ns(self, latency_ns: u64, ok: bool) {
         crate::OwnedPermit::record_latency_ns(self, latency_ns, ok);
@@ -73,15 +101,34 @@ impl Verdict for crate::OwnedPermit {
     fn record_timeout_ns(self, elapsed_ns: u64) {
         crate::OwnedPermit::record_timeout_ns(self, elapsed_ns);
     }
+    #[inline(always)]
+    fn record_latency_in(self, (): (), latency_ns: u64, ok: bool) {
+        crate::OwnedPermit::record_latency_ns(self, latency_ns, ok);
+    }
+    #[inline]
+    fn record_timeout_in(self, (): (), elapsed_ns: u64) {
+        crate::OwnedPermit::record_timeout_ns(self, elapsed_ns);
+    }
 }
 
 impl Verdict for LocalPermit<'_> {
+    type Target = ();
+    #[inline(always)]
+    fn target(&self) {}
     #[inline(always)]
     fn record_latency_ns(self, latency_ns: u64, ok: bool) {
         LocalPermit::record_latency_ns(self, latency_ns, ok);
     }
     #[inline]
     fn record_timeout_ns(self, elapsed_ns: u64) {
+        LocalPermit::record_timeout_ns(self, elapsed_ns);
+    }
+    #[inline(always)]
+    fn record_latency_in(self, (): (), latency_ns: u64, ok: bool) {
+        LocalPermit::record_latency_ns(self, latency_ns, ok);
+    }
+    #[inline]
+    fn record_timeout_in(self, (): (), elapsed_ns: u64) {
         LocalPermit::record_timeout_ns(self, elapsed_ns);
     }
 }
@@ -110,8 +157,19 @@ pub(super) trait Host<T> {
     fn timeout(&self) -> Duration;
     fn timeout_ns(&self) -> u64;
     fn replay_attempts(&self) -> u32;
+    /// Where this thread's emit times are counted, found before an emit's
+    /// end reading of the clock (as [`Verdict::target`]).
+    type Times<'a>: Copy
+    where
+        Self: 'a;
+
     fn metrics_count(&self, what: Count);
     fn emit_time(&self, ns: u64, delivered: bool);
+    /// This thread's [`Times`](Self::Times).
+    fn times(&self) -> Self::Times<'_>;
+    /// As `emit_time`, counted in `times` (this thread's, from
+    /// [`times`](Self::times)).
+    fn emit_time_in(&self, times: Self::Times<'_>, ns: u64, delivered: bool);
     /// Queues `trigger` unless the emitter is shut down; counts nothing.
     fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)>;
     /// The breaker, then the bulkhead (a full bulkhead gives the permit
@@ -136,11 +194,19 @@ pub(super) trait Host<T> {
     /// late.
     #[inline(always)]
     fn record_call(&self, permit: impl Verdict, ok: bool, elapsed_ns: u64) -> bool {
+        let target = permit.target();
+        self.record_call_in(permit, target, ok, elapsed_ns)
+    }
+
+    /// As [`record_call`](Self::record_call), counted in `target`
+    /// ([`Verdict::target`] of `permit`, found before the end reading).
+    #[inline(always)]
+    fn record_call_in<P: Verdict>(&self, permit: P, target: P::Target, ok: bool, elapsed_ns: u64) -> bool {
         let late = elapsed_ns > self.timeout_ns();
         if late {
-            permit.record_timeout_ns(elapsed_ns);
+            permit.record_timeout_in(target, elapsed_ns);
         } else {
-            permit.record_latency_ns(elapsed_ns, ok);
+            permit.record_latency_in(target, elapsed_ns, ok);
         }
         late
     }
@@ -244,7 +310,23 @@ pub(super) trait Host<T> {
         class: Priority,
         elapsed_ns: u64,
     ) -> Emitted<T, O, E> {
-        let late = self.record_call(permit, result.is_ok(), elapsed_ns);
+        let target = permit.target();
+        self.settle_in(permit, target, result, trigger, class, elapsed_ns)
+    }
+
+    /// As [`settle`](Self::settle), the verdict counted in `target`
+    /// ([`Verdict::target`] of `permit`, found before the end reading).
+    #[inline(always)]
+    fn settle_in<P: Verdict, O, E>(
+        &self,
+        permit: P,
+        target: P::Target,
+        result: Result<O, E>,
+        trigger: T,
+        class: Priority,
+        elapsed_ns: u64,
+    ) -> Emitted<T, O, E> {
+        let late = self.record_call_in(permit, target, result.is_ok(), elapsed_ns);
         match result {
             Ok(o) => {
                 // Counted delivered with its emit time, by the caller.

@@ -588,6 +588,10 @@ impl<T> Host<T> for LocalEmitter<T> {
         = LocalTurn<'a>
     where
         Self: 'a;
+    type Times<'a>
+        = ()
+    where
+        Self: 'a;
 
     fn breaker(&self) -> &Breaker {
         &self.breaker
@@ -608,6 +612,12 @@ impl<T> Host<T> for LocalEmitter<T> {
     }
     #[inline]
     fn emit_time(&self, ns: u64, delivered: bool) {
+        self.metrics.emit_time(ns, delivered);
+    }
+    #[inline(always)]
+    fn times(&self) {}
+    #[inline(always)]
+    fn emit_time_in(&self, (): (), ns: u64, delivered: bool) {
         self.metrics.emit_time(ns, delivered);
     }
     #[inline]

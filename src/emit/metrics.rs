@@ -1,7 +1,9 @@
 //! The emitter's own counters and its emit-time histogram, sharded per
 //! thread like the breaker's counters: an emit writes its thread's shard
 //! (three `fetch_add`s on the happy path: its outcome, its time bucket and
-//! the time sum), never a line every thread writes. Read by summing the
+//! the time sum; a fourth when the time's bucket is not the one the thread
+//! used last, see `Metrics::emit_time_in`), never a line every thread
+//! writes. Read by summing the
 //! shards, at [`Emitter::stats`](super::Emitter::stats) and at scrape time.
 //!
 //! Every figure exported is a counter of its own, each only ever added to,
@@ -219,11 +221,27 @@ counters! {
     }
 }
 
+std::thread_local! {
+    /// The time bucket this thread's last emit went to.
+    static LAST_KEY: core::cell::Cell<u8> = const { core::cell::Cell::new(0) };
+}
+
+/// An emit time whose bucket was not the guessed one: counted where it
+/// belongs, and that bucket is the thread's next guess.
+#[cold]
+#[inline(never)]
+fn missed(shard: &Shard, key: usize) {
+    LAST_KEY.with(|k| k.set(key as u8));
+    shard.times[key].fetch_add(1, Ordering::Relaxed);
+}
+
 /// Emit-time buckets: the breaker sketch's keys (eight per octave, 1 µs to
 /// 68.7 s), so the same quantile rule and error bound apply.
 const TIME_BUCKETS: usize = TOP + 1;
 
-struct Shard {
+/// One shard of a shared emitter's counters (the calling thread's is
+/// [`Metrics::mine`]).
+pub(crate) struct Shard {
     counts: [AtomicU64; COUNTS],
     times: [AtomicU64; TIME_BUCKETS],
     /// Nanoseconds, summed (wrapping: 584 years of emit time).
@@ -259,8 +277,9 @@ impl Metrics {
         }
     }
 
+    /// The calling thread's shard (built by its first use).
     #[inline(always)]
-    fn mine(&self) -> &Shard {
+    pub(crate) fn mine(&self) -> &Shard {
         self.shards[thread_index() & self.mask].get_or_build(|| CachePadded::new(Shard::new()))
     }
 
@@ -273,11 +292,28 @@ impl Metrics {
     /// delivered too if it was (on the same shard, found once).
     #[inline(always)]
     pub(crate) fn emit_time(&self, ns: u64, delivered: bool) {
-        let shard = self.mine();
+        Self::emit_time_in(self.mine(), ns, delivered);
+    }
+
+    /// As [`emit_time`](Self::emit_time), counted in `shard`, the calling
+    /// thread's [`mine`](Self::mine) found before the emit's end reading of
+    /// the clock (found after it, it costs the precise emit about 10 ns;
+    /// see `benches/emit_overhead.rs`).
+    #[inline(always)]
+    pub(crate) fn emit_time_in(shard: &Shard, ns: u64, delivered: bool) {
         if delivered {
             shard.counts[Count::Delivered as usize].fetch_add(1, Ordering::Relaxed);
         }
-        shard.times[key_index(ns)].fetch_add(1, Ordering::Relaxed);
+        // The time bucket as the breaker's (`Shard::record_guessed`): one
+        // added first at this thread's last bucket if it is the one, and at
+        // the real one only if not, so no store's address waits for `ns`.
+        let key = key_index(ns);
+        let guess = crate::sketch::guessed(&LAST_KEY, TIME_BUCKETS);
+        let hit = guess == key;
+        shard.times[guess].fetch_add(u64::from(hit), Ordering::Relaxed);
+        if !hit {
+            missed(shard, key);
+        }
         shard.time_sum.fetch_add(ns, Ordering::Relaxed);
     }
 

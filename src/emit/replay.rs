@@ -54,7 +54,7 @@
 //! the turn is given back.
 
 use super::call::{Host, NotAdmitted, Outcome, Verdict};
-use super::metrics::Count;
+use super::metrics::{self, Count, Metrics};
 use super::pending::{head_first, Pending};
 use super::{Deadline, Divert, HandBack, Inner, ReplayStop, Replayed};
 use crate::breaker::Breaker;
@@ -178,6 +178,10 @@ impl<T> Host<T> for Inner<T> {
         = ReplayTurn<'a>
     where
         Self: 'a;
+    type Times<'a>
+        = &'a metrics::Shard
+    where
+        Self: 'a;
     fn breaker(&self) -> &Breaker {
         &self.breaker
     }
@@ -207,6 +211,14 @@ impl<T> Host<T> for Inner<T> {
     }
     fn emit_time(&self, ns: u64, delivered: bool) {
         self.metrics.emit_time(ns, delivered);
+    }
+    #[inline(always)]
+    fn times(&self) -> &metrics::Shard {
+        self.metrics.mine()
+    }
+    #[inline(always)]
+    fn emit_time_in(&self, shard: &metrics::Shard, ns: u64, delivered: bool) {
+        Metrics::emit_time_in(shard, ns, delivered);
     }
     #[inline]
     fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {

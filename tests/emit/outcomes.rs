@@ -34,6 +34,38 @@ fn delivered_emits_time_the_call_once_for_breaker_deadline_and_histogram() {
     assert_conserved(&s, 1);
 }
 
+/// Emit times and the breaker's verdicts are written first at the bucket
+/// the thread used last, and at the real one only if that guess missed:
+/// latencies that hop between buckets, stay, and come back are each
+/// counted in their own bucket, in the emit-time histogram and in the
+/// breaker's window (its slow count is the calls above 50 ms).
+#[test]
+fn emits_whose_times_hop_between_buckets_are_each_counted_in_their_own() {
+    let clock = ManualClock::new();
+    let b = breaker(&clock);
+    let e = emitter::<u32>(&b, 8);
+    let lat_ms = [30u64, 30, 1, 120, 30, 60, 60, 1, 150, 1, 30];
+    for (i, &ms) in lat_ms.iter().enumerate() {
+        let out = e.emit_blocking(i as u32, Priority::Routine, |_, _| {
+            clock.advance(Duration::from_millis(ms));
+            Ok::<_, ()>(())
+        });
+        assert_eq!(out, Emitted::Delivered(()));
+    }
+    let s = e.stats();
+    for (bound, n) in s.emit_times.cumulative() {
+        let expected = lat_ms.iter().filter(|&&ms| Duration::from_millis(ms) <= bound).count() as u64;
+        assert_eq!(n, expected, "emits at or below {bound:?}");
+    }
+    let sum: u64 = lat_ms.iter().sum();
+    assert_eq!(s.emit_times.sum(), Duration::from_millis(sum));
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    let slow = lat_ms.iter().filter(|&&ms| ms > 50).count() as u64;
+    assert_eq!((w.calls, w.slow), (lat_ms.len() as u64, slow));
+}
+
 #[test]
 fn an_open_breaker_diverts_at_once_without_calling_the_consumer() {
     let clock = ManualClock::new();
