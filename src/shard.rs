@@ -386,6 +386,12 @@ impl Shards {
         self.mine_indexed().1
     }
 
+    /// The calling thread's shard if it is built already (never builds it).
+    #[inline(always)]
+    pub(crate) fn mine_built(&self) -> Option<&Shard> {
+        self.shared[thread_index() & self.mask].get().map(|s| &**s)
+    }
+
     /// The index of the calling thread's shard, and the shard (built by
     /// its first call).
     #[inline(always)]

@@ -90,7 +90,17 @@ enum Sink<'a> {
     Local(&'a LocalShard),
 }
 
-impl Sink<'_> {
+impl<'a> Sink<'a> {
+    /// The shard found before the end reading, or the thread's own found
+    /// now if it was not built then.
+    #[inline(always)]
+    fn of(shard: Option<&'a Shard>) -> Self {
+        match shard {
+            Some(shard) => Sink::Resolved(shard),
+            None => Sink::Shared,
+        }
+    }
+
     #[inline(always)]
     fn record(self, inner: &Inner, latency_ns: u64, error: bool, slow: bool) {
         let t = inner.shards.threshold_index;
@@ -344,31 +354,37 @@ impl<'a> Permit<'a> {
     }
 
     /// The calling thread's shard of this permit's breaker, where its
-    /// verdict is counted. The blocking emit finds it before its end
-    /// reading of the clock and records with
+    /// verdict is counted, if that shard is built already (`None` for a
+    /// disabled breaker's permit, which counts nothing). The blocking emit
+    /// finds it before its end reading of the clock and records with
     /// [`record_latency_ns_in`](Self::record_latency_ns_in): found after
     /// the reading, it costs the precise emit about 10 ns (see
-    /// `benches/emit_overhead.rs`).
+    /// `benches/emit_overhead.rs`). It never builds the shard, so that a
+    /// thread's first call does not time the build (the record builds it,
+    /// after the reading) and a disabled breaker builds none.
     #[inline(always)]
-    pub(crate) fn shard(&self) -> &'a Shard {
-        self.core.inner.shards.mine()
+    pub(crate) fn shard(&self) -> Option<&'a Shard> {
+        if self.core.tag == Tag::DISABLED {
+            return None;
+        }
+        self.core.inner.shards.mine_built()
     }
 
     /// As [`record_latency_ns`](Self::record_latency_ns), counted in
-    /// `shard`, which must be [`shard`](Self::shard) of this permit, found
-    /// on this thread.
+    /// `shard` if it is `Some`: [`shard`](Self::shard) of this permit,
+    /// found on this thread.
     #[inline(always)]
-    pub(crate) fn record_latency_ns_in(self, shard: &Shard, latency_ns: u64, ok: bool) {
+    pub(crate) fn record_latency_ns_in(self, shard: Option<&Shard>, latency_ns: u64, ok: bool) {
         let this = ManuallyDrop::new(self);
-        this.core.finish(latency_ns, ok, Sink::Resolved(shard));
+        this.core.finish(latency_ns, ok, Sink::of(shard));
     }
 
     /// As [`record_timeout_ns`](Self::record_timeout_ns), counted in
     /// `shard` (as [`record_latency_ns_in`](Self::record_latency_ns_in)).
     #[inline]
-    pub(crate) fn record_timeout_ns_in(self, shard: &Shard, elapsed_ns: u64) {
+    pub(crate) fn record_timeout_ns_in(self, shard: Option<&Shard>, elapsed_ns: u64) {
         let this = ManuallyDrop::new(self);
-        this.core.finish_timed_out(elapsed_ns, Sink::Resolved(shard));
+        this.core.finish_timed_out(elapsed_ns, Sink::of(shard));
     }
 
     /// As [`record_timeout`](Self::record_timeout), in nanoseconds.

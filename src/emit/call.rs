@@ -51,9 +51,9 @@ pub(super) enum Outcome<R> {
 /// `Duration`).
 pub(super) trait Verdict: Sized {
     /// Where the verdict is counted, found before the clock's end reading
-    /// ([`target`](Self::target)): a shared permit's thread shard (found
-    /// after the reading, it costs the precise emit about 10 ns, see
-    /// `benches/emit_overhead.rs`); nothing for the others.
+    /// ([`target`](Self::target)): a shared permit's thread shard if it is
+    /// built (found after the reading, it costs the precise emit about
+    /// 10 ns, see `benches/emit_overhead.rs`); nothing for the others.
     type Target: Copy;
     fn target(&self) -> Self::Target;
     fn record_latency_ns(self, latency_ns: u64, ok: bool);
@@ -66,9 +66,9 @@ pub(super) trait Verdict: Sized {
 }
 
 impl<'a> Verdict for Permit<'a> {
-    type Target = &'a Shard;
+    type Target = Option<&'a Shard>;
     #[inline(always)]
-    fn target(&self) -> &'a Shard {
+    fn target(&self) -> Option<&'a Shard> {
         self.shard()
     }
     #[inline(always)]
@@ -80,11 +80,11 @@ impl<'a> Verdict for Permit<'a> {
         Permit::record_timeout_ns(self, elapsed_ns);
     }
     #[inline(always)]
-    fn record_latency_in(self, shard: &'a Shard, latency_ns: u64, ok: bool) {
+    fn record_latency_in(self, shard: Option<&'a Shard>, latency_ns: u64, ok: bool) {
         self.record_latency_ns_in(shard, latency_ns, ok);
     }
     #[inline]
-    fn record_timeout_in(self, shard: &'a Shard, elapsed_ns: u64) {
+    fn record_timeout_in(self, shard: Option<&'a Shard>, elapsed_ns: u64) {
         self.record_timeout_ns_in(shard, elapsed_ns);
     }
 }
@@ -158,7 +158,9 @@ pub(super) trait Host<T> {
     fn timeout_ns(&self) -> u64;
     fn replay_attempts(&self) -> u32;
     /// Where this thread's emit times are counted, found before an emit's
-    /// end reading of the clock (as [`Verdict::target`]).
+    /// end reading of the clock (as [`Verdict::target`]; never built
+    /// there: a thread's first emit builds its shard after the reading, so
+    /// the build is not timed).
     type Times<'a>: Copy
     where
         Self: 'a;

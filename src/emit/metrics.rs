@@ -277,9 +277,16 @@ impl Metrics {
         }
     }
 
+    /// The calling thread's shard if it is built already (never builds it:
+    /// see `Host::times`).
+    #[inline(always)]
+    pub(crate) fn mine_built(&self) -> Option<&Shard> {
+        self.shards[thread_index() & self.mask].get().map(|s| &**s)
+    }
+
     /// The calling thread's shard (built by its first use).
     #[inline(always)]
-    pub(crate) fn mine(&self) -> &Shard {
+    fn mine(&self) -> &Shard {
         self.shards[thread_index() & self.mask].get_or_build(|| CachePadded::new(Shard::new()))
     }
 

@@ -179,7 +179,7 @@ impl<T> Host<T> for Inner<T> {
     where
         Self: 'a;
     type Times<'a>
-        = &'a metrics::Shard
+        = Option<&'a metrics::Shard>
     where
         Self: 'a;
     fn breaker(&self) -> &Breaker {
@@ -213,12 +213,15 @@ impl<T> Host<T> for Inner<T> {
         self.metrics.emit_time(ns, delivered);
     }
     #[inline(always)]
-    fn times(&self) -> &metrics::Shard {
-        self.metrics.mine()
+    fn times(&self) -> Option<&metrics::Shard> {
+        self.metrics.mine_built()
     }
     #[inline(always)]
-    fn emit_time_in(&self, shard: &metrics::Shard, ns: u64, delivered: bool) {
-        Metrics::emit_time_in(shard, ns, delivered);
+    fn emit_time_in(&self, shard: Option<&metrics::Shard>, ns: u64, delivered: bool) {
+        match shard {
+            Some(shard) => Metrics::emit_time_in(shard, ns, delivered),
+            None => self.metrics.emit_time(ns, delivered),
+        }
     }
     #[inline]
     fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)> {

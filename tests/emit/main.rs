@@ -14,6 +14,7 @@ mod async_io;
 mod cancellation;
 #[cfg(feature = "tokio")]
 mod consumers;
+mod hostile_guess;
 mod hostile_in_flight;
 mod hostile_runtimes;
 mod hostile_runtimes_2;
