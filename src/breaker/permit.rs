@@ -345,14 +345,6 @@ impl<'a> Permit<'a> {
         self.record_timeout_ns(crate::clock::duration_nanos_saturating(elapsed));
     }
 
-    /// As [`record_latency`](Self::record_latency), with the latency in
-    /// nanoseconds (the emitter's: no round trip through a `Duration`).
-    #[inline(always)]
-    pub(crate) fn record_latency_ns(self, latency_ns: u64, ok: bool) {
-        let this = ManuallyDrop::new(self);
-        this.core.finish(latency_ns, ok, Sink::Shared);
-    }
-
     /// The calling thread's shard of this permit's breaker, where its
     /// verdict is counted, if that shard is built already (`None` for a
     /// disabled breaker's permit, which counts nothing). The blocking emit
@@ -370,9 +362,10 @@ impl<'a> Permit<'a> {
         self.core.inner.shards.mine_built()
     }
 
-    /// As [`record_latency_ns`](Self::record_latency_ns), counted in
-    /// `shard` if it is `Some`: [`shard`](Self::shard) of this permit,
-    /// found on this thread.
+    /// As [`record_latency`](Self::record_latency), with the latency in
+    /// nanoseconds (the emitter's: no round trip through a `Duration`),
+    /// counted in `shard` if it is `Some` ([`shard`](Self::shard) of this
+    /// permit, found on this thread), else in the thread's shard found now.
     #[inline(always)]
     pub(crate) fn record_latency_ns_in(self, shard: Option<&Shard>, latency_ns: u64, ok: bool) {
         let this = ManuallyDrop::new(self);

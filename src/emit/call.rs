@@ -56,13 +56,24 @@ pub(super) trait Verdict: Sized {
     /// 10 ns, see `benches/emit_overhead.rs`); nothing for the others.
     type Target: Copy;
     fn target(&self) -> Self::Target;
-    fn record_latency_ns(self, latency_ns: u64, ok: bool);
-    fn record_timeout_ns(self, elapsed_ns: u64);
-    /// As `record_latency_ns`, counted in `target`, which this permit's
+    /// The verdict, counted in `target`, which this permit's
     /// [`target`](Self::target) gave on this thread.
     fn record_latency_in(self, target: Self::Target, latency_ns: u64, ok: bool);
-    /// As `record_timeout_ns`, counted in `target`.
+    /// A call that timed out, counted in `target`.
     fn record_timeout_in(self, target: Self::Target, elapsed_ns: u64);
+
+    /// The verdict, its target found now.
+    #[inline(always)]
+    fn record_latency_ns(self, latency_ns: u64, ok: bool) {
+        let target = self.target();
+        self.record_latency_in(target, latency_ns, ok);
+    }
+    /// A call that timed out, its target found now.
+    #[inline]
+    fn record_timeout_ns(self, elapsed_ns: u64) {
+        let target = self.target();
+        self.record_timeout_in(target, elapsed_ns);
+    }
 }
 
 impl<'a> Verdict for Permit<'a> {
@@ -70,14 +81,6 @@ impl<'a> Verdict for Permit<'a> {
     #[inline(always)]
     fn target(&self) -> Option<&'a Shard> {
         self.shard()
-    }
-    #[inline(always)]
-    fn record_latency_ns(self, latency_ns: u64, ok: bool) {
-        Permit::record_latency_ns(self, latency_ns, ok);
-    }
-    #[inline]
-    fn record_timeout_ns(self, elapsed_ns: u64) {
-        Permit::record_timeout_ns(self, elapsed_ns);
     }
     #[inline(always)]
     fn record_latency_in(self, shard: Option<&'a Shard>, latency_ns: u64, ok: bool) {
@@ -94,14 +97,6 @@ impl Verdict for crate::OwnedPermit {
     #[inline(always)]
     fn target(&self) {}
     #[inline(always)]
-    fn record_latency_ns(self, latency_ns: u64, ok: bool) {
-        crate::OwnedPermit::record_latency_ns(self, latency_ns, ok);
-    }
-    #[inline]
-    fn record_timeout_ns(self, elapsed_ns: u64) {
-        crate::OwnedPermit::record_timeout_ns(self, elapsed_ns);
-    }
-    #[inline(always)]
     fn record_latency_in(self, (): (), latency_ns: u64, ok: bool) {
         crate::OwnedPermit::record_latency_ns(self, latency_ns, ok);
     }
@@ -115,14 +110,6 @@ impl Verdict for LocalPermit<'_> {
     type Target = ();
     #[inline(always)]
     fn target(&self) {}
-    #[inline(always)]
-    fn record_latency_ns(self, latency_ns: u64, ok: bool) {
-        LocalPermit::record_latency_ns(self, latency_ns, ok);
-    }
-    #[inline]
-    fn record_timeout_ns(self, elapsed_ns: u64) {
-        LocalPermit::record_timeout_ns(self, elapsed_ns);
-    }
     #[inline(always)]
     fn record_latency_in(self, (): (), latency_ns: u64, ok: bool) {
         LocalPermit::record_latency_ns(self, latency_ns, ok);
@@ -166,12 +153,16 @@ pub(super) trait Host<T> {
         Self: 'a;
 
     fn metrics_count(&self, what: Count);
-    fn emit_time(&self, ns: u64, delivered: bool);
     /// This thread's [`Times`](Self::Times).
     fn times(&self) -> Self::Times<'_>;
-    /// As `emit_time`, counted in `times` (this thread's, from
-    /// [`times`](Self::times)).
+    /// One emit's time (and whether it delivered), counted in `times`
+    /// (this thread's, from [`times`](Self::times)).
     fn emit_time_in(&self, times: Self::Times<'_>, ns: u64, delivered: bool);
+    /// As `emit_time_in`, this thread's `times` found now.
+    #[inline(always)]
+    fn emit_time(&self, ns: u64, delivered: bool) {
+        self.emit_time_in(self.times(), ns, delivered);
+    }
     /// Queues `trigger` unless the emitter is shut down; counts nothing.
     fn enqueue(&self, trigger: T, class: Priority) -> Result<Pushed<T>, (T, HandBack)>;
     /// The breaker, then the bulkhead (a full bulkhead gives the permit

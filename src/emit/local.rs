@@ -610,10 +610,6 @@ impl<T> Host<T> for LocalEmitter<T> {
     fn metrics_count(&self, what: Count) {
         self.metrics.count(what);
     }
-    #[inline]
-    fn emit_time(&self, ns: u64, delivered: bool) {
-        self.metrics.emit_time(ns, delivered);
-    }
     #[inline(always)]
     fn times(&self) {}
     #[inline(always)]

@@ -209,9 +209,6 @@ impl<T> Host<T> for Inner<T> {
     fn metrics_count(&self, what: Count) {
         self.metrics.count(what);
     }
-    fn emit_time(&self, ns: u64, delivered: bool) {
-        self.metrics.emit_time(ns, delivered);
-    }
     #[inline(always)]
     fn times(&self) -> Option<&metrics::Shard> {
         self.metrics.mine_built()
