@@ -118,41 +118,49 @@ impl Service<u64> for Consumer {
     }
 }
 
-/// `n` bare calls between two readings of `clock`.
+/// `n` bare calls, each between two readings of `clock`, their difference
+/// handed to `record`. Inlined into each loop below (each its own
+/// function, never inlined into the rounds), so that every loop is the
+/// same code but for what it does with the difference.
+#[inline(always)]
+fn readings(clock: &ClockSource, n: u64, mut record: impl FnMut(u64)) {
+    for i in 0..n {
+        let start = clock.raw();
+        let out = call(&i);
+        record(clock.delta_nanos(start, clock.raw()));
+        black_box(out).ok();
+    }
+}
+
+/// The bucket of `ns` in a 64-bucket histogram: its bit length.
+#[inline(always)]
+fn bucket_of(ns: u64) -> usize {
+    63 - ns.leading_zeros() as usize % 64
+}
+
+/// The differences, dropped.
 #[inline(never)]
 fn reads(clock: &ClockSource, n: u64) {
-    for i in 0..n {
-        let start = clock.raw();
-        let out = call(&i);
-        black_box(clock.delta_nanos(start, clock.raw()));
-        black_box(out).ok();
-    }
+    readings(clock, n, |ns| {
+        black_box(ns);
+    });
 }
 
-/// `n` bare calls between two readings of the precise `clock`, each
-/// difference added to `sum` (a fixed address).
+/// Each difference added to `sum` (a fixed address).
 #[inline(never)]
 fn fixed(clock: &ClockSource, sum: &AtomicU64, n: u64) {
-    for i in 0..n {
-        let start = clock.raw();
-        let out = call(&i);
-        sum.fetch_add(clock.delta_nanos(start, clock.raw()), Ordering::Relaxed);
-        black_box(out).ok();
-    }
+    readings(clock, n, |ns| {
+        sum.fetch_add(ns, Ordering::Relaxed);
+    });
 }
 
-/// `n` bare calls between two readings of the precise `clock`, each
-/// difference counted in one of `buckets` picked by its bit length (a
-/// histogram's bucket, by a shared `fetch_add`).
+/// Each difference counted in its bucket of `buckets` (a histogram's, by a
+/// shared `fetch_add`).
 #[inline(never)]
 fn bucket(clock: &ClockSource, buckets: &[AtomicU64; 64], n: u64) {
-    for i in 0..n {
-        let start = clock.raw();
-        let out = call(&i);
-        let ns = clock.delta_nanos(start, clock.raw());
-        buckets[63 - ns.leading_zeros() as usize % 64].fetch_add(1, Ordering::Relaxed);
-        black_box(out).ok();
-    }
+    readings(clock, n, |ns| {
+        buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+    });
 }
 
 /// As [`bucket`], the write first at a bucket guessed before the readings
@@ -162,40 +170,32 @@ fn bucket(clock: &ClockSource, buckets: &[AtomicU64; 64], n: u64) {
 #[inline(never)]
 fn guessed(clock: &ClockSource, buckets: &[AtomicU64; 64], n: u64) {
     let mut guess = 0;
-    for i in 0..n {
-        let start = clock.raw();
-        let out = call(&i);
-        let ns = clock.delta_nanos(start, clock.raw());
-        let b = 63 - ns.leading_zeros() as usize % 64;
+    readings(clock, n, |ns| {
+        let b = bucket_of(ns);
         let hit = b == guess;
         buckets[guess].fetch_add(u64::from(hit), Ordering::Relaxed);
         if !hit {
             buckets[b].fetch_add(1, Ordering::Relaxed);
             guess = b;
         }
-        black_box(out).ok();
-    }
+    });
 }
 
 /// As [`bucket`], the bucket counted by a plain load and store (only this
 /// thread writes it).
 #[inline(never)]
 fn bucket_plain(clock: &ClockSource, buckets: &[AtomicU64; 64], n: u64) {
-    for i in 0..n {
-        let start = clock.raw();
-        let out = call(&i);
-        let ns = clock.delta_nanos(start, clock.raw());
-        let bucket = &buckets[63 - ns.leading_zeros() as usize % 64];
+    readings(clock, n, |ns| {
+        let bucket = &buckets[bucket_of(ns)];
         bucket.store(bucket.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        black_box(out).ok();
-    }
+    });
 }
 
-/// `n` delivered blocking emits through the per-core emitter.
-#[inline(never)]
-fn local_blocking(e: &LocalEmitter<u64>, n: u64) {
+/// `n` blocking emits by `emit`, each delivered.
+#[inline(always)]
+fn delivered(n: u64, emit: impl Fn(u64) -> Emitted<u64, u64, ()>) {
     for i in 0..n {
-        match e.emit_blocking(i, Priority::Routine, |t, _| call(t)) {
+        match emit(i) {
             Emitted::Delivered(o) => {
                 black_box(o);
             }
@@ -207,14 +207,13 @@ fn local_blocking(e: &LocalEmitter<u64>, n: u64) {
 /// `n` delivered blocking emits.
 #[inline(never)]
 fn blocking(e: &Emitter<u64>, n: u64) {
-    for i in 0..n {
-        match e.emit_blocking(i, Priority::Routine, |t, _| call(t)) {
-            Emitted::Delivered(o) => {
-                black_box(o);
-            }
-            _ => unreachable!("happy path"),
-        }
-    }
+    delivered(n, |i| e.emit_blocking(i, Priority::Routine, |t, _| call(t)));
+}
+
+/// `n` delivered blocking emits through the per-core emitter.
+#[inline(never)]
+fn local_blocking(e: &LocalEmitter<u64>, n: u64) {
+    delivered(n, |i| e.emit_blocking(i, Priority::Routine, |t, _| call(t)));
 }
 
 const NAMES: [&str; 15] = [
