@@ -10,7 +10,9 @@
 //! round's ratio tailguard ÷ `ArrayQueue` and the median of the ratios. On
 //! a machine with fewer than three cores the two-producer figures of both
 //! queues swing with how the scheduler places the three threads: read the
-//! median of many rounds.
+//! median of many rounds, or fix the layout with `--pin A,B,C` (Linux: the
+//! CPUs of the two producers and of the consumer; `--pin 0,0,1` puts both
+//! producers on CPU 0 and the consumer alone on CPU 1).
 
 use std::hint::black_box;
 use std::sync::Barrier;
@@ -21,6 +23,9 @@ use criterion::{criterion_group, Criterion};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::Backoff;
 use tailguard::dlq::{DeadLetterQueue, Priority, Pushed};
+
+#[path = "support/pin.rs"]
+mod pin;
 
 const CAPACITY: usize = 1024;
 
@@ -65,21 +70,25 @@ fn single_thread(c: &mut Criterion) {
     g.finish();
 }
 
-/// Runs two producers and one consumer over `iters` items; returns the time
-/// from the start barrier to the last pop, and checks that every item
-/// arrived once (by sum and count).
+/// Runs two producers and one consumer over `iters` items (the consumer on
+/// the calling thread), pinned to the CPUs `pin` names (producer, producer,
+/// consumer) if given; returns the consumer's time from the start barrier
+/// to its last pop, and checks that every item arrived once, in each
+/// producer's order.
 fn two_producers_one_consumer(
     iters: u64,
     push: impl Fn(u64) -> bool + Sync,
     pop: impl Fn() -> Option<u64>,
+    pin: Option<[usize; 3]>,
 ) -> Duration {
     let per = [iters / 2, iters - iters / 2];
     let barrier = Barrier::new(3);
+    let place = |who: usize| pin.map(|cpus| pin::pin_to_cpu(cpus[who]).unwrap());
     thread::scope(|s| {
         for (p, &n) in per.iter().enumerate() {
-            let push = &push;
-            let barrier = &barrier;
+            let (push, barrier, place) = (&push, &barrier, &place);
             s.spawn(move || {
+                let _pinned = place(p);
                 barrier.wait();
                 for k in 0..n {
                     // Item values: producer in the low bit, sequence above.
@@ -93,6 +102,7 @@ fn two_producers_one_consumer(
                 }
             });
         }
+        let _pinned = place(2);
         barrier.wait();
         let start = Instant::now();
         let mut got = 0u64;
@@ -133,17 +143,17 @@ fn multi_thread(c: &mut Criterion) {
         })
     };
     // Correctness first.
-    two_producers_one_consumer(10_000, tg_push, tg_pop);
+    two_producers_one_consumer(10_000, tg_push, tg_pop, None);
     g.bench_function("tailguard", |b| {
-        b.iter_custom(|iters| two_producers_one_consumer(iters, tg_push, tg_pop))
+        b.iter_custom(|iters| two_producers_one_consumer(iters, tg_push, tg_pop, None))
     });
 
     let aq = ArrayQueue::new(CAPACITY);
     let aq_push = |v| aq.push(v).is_ok();
     let aq_pop = || aq.pop();
-    two_producers_one_consumer(10_000, aq_push, aq_pop);
+    two_producers_one_consumer(10_000, aq_push, aq_pop, None);
     g.bench_function("crossbeam_array_queue", |b| {
-        b.iter_custom(|iters| two_producers_one_consumer(iters, aq_push, aq_pop))
+        b.iter_custom(|iters| two_producers_one_consumer(iters, aq_push, aq_pop, None))
     });
     g.finish();
 }
@@ -183,26 +193,29 @@ fn one_thread_array_queue(q: &ArrayQueue<u64>) -> f64 {
 }
 
 /// `--interleaved`: both scenarios, both queues, interleaved rounds; the
-/// median of the per-round ratios.
-fn interleaved(rounds: usize) {
-    let dlq = DeadLetterQueue::with_capacity(CAPACITY).unwrap();
-    let producer = dlq.producer();
-    let aq = ArrayQueue::new(CAPACITY);
-    let tg_push = |v| matches!(producer.push(v, Priority::Routine), Ok(Pushed::Queued));
-    let tg_pop = || dlq.pop().map(|(v, _)| v);
-    let aq_push = |v| aq.push(v).is_ok();
-    let aq_pop = || aq.pop();
+/// median of the per-round ratios. Each round builds both queues afresh, so
+/// that where the allocator puts them (which moves a one-thread loop by a
+/// nanosecond or two, either queue) is drawn anew each round rather than
+/// once per run.
+fn interleaved(rounds: usize, pin: Option<[usize; 3]>) {
     let per = |d: Duration| d.as_nanos() as f64 / TWO as f64;
     let (mut r1, mut r2) = (Vec::new(), Vec::new());
     for round in 0..rounds.max(1) {
+        let dlq = DeadLetterQueue::with_capacity(CAPACITY).unwrap();
+        let producer = dlq.producer();
+        let aq = ArrayQueue::new(CAPACITY);
+        let tg_push = |v| matches!(producer.push(v, Priority::Routine), Ok(Pushed::Queued));
+        let tg_pop = || dlq.pop().map(|(v, _)| v);
+        let aq_push = |v| aq.push(v).is_ok();
+        let aq_pop = || aq.pop();
         let mut t = [0.0; 4];
         for k in 0..4 {
             let which = (k + round) % 4;
             t[which] = match which {
                 0 => one_thread_tailguard(&dlq),
                 1 => one_thread_array_queue(&aq),
-                2 => per(two_producers_one_consumer(TWO, tg_push, tg_pop)),
-                _ => per(two_producers_one_consumer(TWO, aq_push, aq_pop)),
+                2 => per(two_producers_one_consumer(TWO, tg_push, tg_pop, pin)),
+                _ => per(two_producers_one_consumer(TWO, aq_push, aq_pop, pin)),
             };
         }
         println!(
@@ -216,14 +229,32 @@ fn interleaved(rounds: usize) {
         );
         r1.push(t[0] / t[1]);
         r2.push(t[2] / t[3]);
+        assert!(dlq.is_empty() && aq.is_empty());
     }
-    assert!(dlq.is_empty() && aq.is_empty());
     println!(
         "median ratio tailguard / ArrayQueue over {rounds} rounds: 1 thread {:.3}, \
-         2 producers + consumer {:.3}",
+         2 producers + consumer {:.3}{}",
         median(r1),
-        median(r2)
+        median(r2),
+        match pin {
+            Some([a, b, c]) => format!(" (producers on CPUs {a} and {b}, consumer on {c})"),
+            None => String::new(),
+        }
     );
+}
+
+/// `--pin A,B,C`: the CPUs of the two producers and the consumer.
+fn parse_pin(arg: &str) -> [usize; 3] {
+    let cpus: Vec<usize> = arg
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("--pin {arg}: not a CPU number list"))
+        })
+        .collect();
+    cpus.try_into()
+        .unwrap_or_else(|_| panic!("--pin {arg}: three CPUs (producer, producer, consumer)"))
 }
 
 criterion_group!(benches, single_thread, multi_thread);
@@ -232,7 +263,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--interleaved") {
         let rounds = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(15);
-        interleaved(rounds);
+        let pin = args
+            .iter()
+            .position(|a| a == "--pin")
+            .map(|j| parse_pin(args.get(j + 1).expect("--pin needs A,B,C")));
+        interleaved(rounds, pin);
         return;
     }
     benches();

@@ -46,8 +46,7 @@ fn total(occupancy: u64) -> usize {
 }
 
 /// Where the count of class `class` (an index, `Routine` or `Critical`) is
-/// kept in an occupancy word: `Critical` in the lowest bits, so that the
-/// consumer's first question (any `Critical` item?) is one mask.
+/// kept in an occupancy word: `Critical` in the lowest bits.
 #[inline]
 const fn shift(class: usize) -> u32 {
     CLASS_BITS * (2 - class) as u32
@@ -211,61 +210,54 @@ impl<T> Inner<T> {
     /// producer may have claimed it): claims one item of the class in the
     /// occupancy word, then takes it out.
     ///
-    /// One read of the occupancy word picks the classes to look at: a class
-    /// it counts no item of is skipped without touching its ring (an empty
-    /// queue costs that one read). A class whose count is zero in that read
-    /// but which gains an item just after is treated as if that item's push
-    /// came after this pop, the same as an item still being written.
+    /// It looks at the rings' heads first, highest class first, and reads
+    /// the occupancy word only for a class whose next item is written: an
+    /// empty queue, or one whose items are all still being written, is
+    /// answered from the head slots alone, lines that only the consumer and
+    /// the producers of that class write. So a consumer waiting on a queue
+    /// that its producers keep nearly empty does not pull the occupancy
+    /// word (the line every push writes) to its core at each look, only at
+    /// each claim. An item whose head is not written yet is treated as if
+    /// its push came after this pop.
     #[inline]
     pub(super) fn pop(&self) -> Option<(T, Priority)> {
-        let occupancy = &self.hot.occupancy;
-        let mut cur = occupancy.load(Ordering::Acquire);
-        if total(cur) == 0 {
-            return None;
-        }
         // `Critical`: only this thread removes from its ring, so a written
-        // head is this thread's to take once it is claimed in the word.
+        // head is counted in the word (admitted, and claimed by nobody), and
+        // this thread's to take once it is claimed there.
         let c = Priority::Critical.index();
-        if count(cur, c) > 0 && self.rings[c].head_ready() {
+        if self.rings[c].head_ready() {
             self.claim_one(c);
             let item = self.rings[c]
                 .pop_unshared()
                 .expect("the Critical head was written and only the consumer takes it");
             return Some((item, Priority::Critical));
         }
-        if let Some(item) = self.pop_lower(Priority::Routine, &mut cur) {
+        if let Some(item) = self.pop_lower(Priority::Routine) {
             return Some((item, Priority::Routine));
         }
-        self.pop_lower(Priority::Idle, &mut cur)
-            .map(|item| (item, Priority::Idle))
+        self.pop_lower(Priority::Idle).map(|item| (item, Priority::Idle))
     }
 
     /// `pop` for a class that displacing producers also remove from
-    /// (`Routine`, `Idle`), given `cur`, a recent read of the occupancy word
-    /// (updated here when a CAS hands back a newer one). Kept apart so that
-    /// each call is compiled for its constant class.
+    /// (`Routine`, `Idle`): if its next item is written, claims one item of
+    /// the class in the occupancy word (a CAS: displacing producers may have
+    /// claimed every item counted, that one included) and takes the oldest.
+    /// Kept apart so that each call is compiled for its constant class.
     #[inline(always)]
-    fn pop_lower(&self, class: Priority, cur: &mut u64) -> Option<T> {
+    fn pop_lower(&self, class: Priority) -> Option<T> {
         let c = class.index();
-        if count(*cur, c) == 0 {
-            return None;
-        }
         let ring = &self.rings[c];
         let head = ring.head.load(Ordering::Acquire);
         if ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
             return None;
         }
-        // The first CAS uses the word read by `pop`; if it changed since,
-        // the CAS hands back the current one.
+        let occupancy = &self.hot.occupancy;
+        let mut cur = occupancy.load(Ordering::Acquire);
         loop {
-            if count(*cur, c) == 0 {
+            if count(cur, c) == 0 {
                 return None; // displacing producers claimed every item of it
             }
-            match self
-                .hot
-                .occupancy
-                .compare_exchange_weak(*cur, *cur - one(c), Ordering::AcqRel, Ordering::Acquire)
-            {
+            match occupancy.compare_exchange_weak(cur, cur - one(c), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     return Some(match ring.take_at(head) {
                         Some(item) => item,
@@ -274,7 +266,7 @@ impl<T> Inner<T> {
                         None => ring.take_claimed(),
                     });
                 }
-                Err(actual) => *cur = actual,
+                Err(actual) => cur = actual,
             }
         }
     }
