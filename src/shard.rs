@@ -65,7 +65,11 @@ const SPILL_AT: u64 = 1 << 15;
 std::thread_local! {
     /// The bucket word this thread's last record went to.
     static LAST_WORD: core::cell::Cell<u8> = const { core::cell::Cell::new(0) };
+    /// The bucket this thread's last guessed record to a per-core shard
+    /// went to ([`LocalShard::record_guessed`]).
+    static LAST_BUCKET: core::cell::Cell<u8> = const { core::cell::Cell::new(0) };
 }
+const _: () = assert!(BUCKETS <= 256, "a bucket index fits the thread's u8 guess");
 /// Most shared counter shards a breaker may be configured with.
 pub(crate) const MAX_SHARDS: usize = 1024;
 
@@ -323,6 +327,40 @@ impl LocalShard {
         if error {
             bump(&self.errors);
         }
+        bump(&self.buckets[bucket]);
+    }
+
+    /// As [`record`](Self::record), for a call whose latency was read off
+    /// the TSC just before (the per-core emitter's): one is added first at
+    /// the bucket this thread's last guessed record went to (a store whose
+    /// address waits for nothing), as many as that bucket gained (one or
+    /// none), and at `bucket` only if the guess missed. As for the shared
+    /// shard's [`Shard::record_guessed`], a store whose address depends on
+    /// a TSC reading holds the next reading back. The counts are those of
+    /// `record`. Only the shard's owner may call this.
+    #[inline(always)]
+    pub(crate) fn record_guessed(&self, bucket: usize, error: bool) {
+        if error {
+            bump(&self.errors);
+        }
+        let guess = crate::sketch::guessed(&LAST_BUCKET, BUCKETS);
+        let hit = guess == bucket;
+        let cell = &self.buckets[guess];
+        cell.store(
+            cell.load(Ordering::Relaxed).wrapping_add(u64::from(hit)),
+            Ordering::Release,
+        );
+        if !hit {
+            self.record_local_missed(bucket);
+        }
+    }
+
+    /// The guessed record whose bucket was not the guess: counted where it
+    /// belongs, and that bucket is the thread's next guess.
+    #[cold]
+    #[inline(never)]
+    fn record_local_missed(&self, bucket: usize) {
+        LAST_BUCKET.with(|b| b.set(bucket as u8));
         bump(&self.buckets[bucket]);
     }
 
@@ -684,6 +722,42 @@ mod tests {
             let error = i % 7 == 3;
             plain.mine().record(bucket_of(ns, slow, t), error);
             guessed.mine().record_guessed(bucket_of(ns, slow, t), error);
+        }
+        let drained = |shards: &Shards| {
+            let mut c = Counts::default();
+            let mut sketch = std::collections::BTreeMap::new();
+            shards.drain(&mut c, |key, n| *sketch.entry(key).or_insert(0u64) += n);
+            (c, sketch)
+        };
+        let (pc, ps) = drained(&plain);
+        let (gc, gs) = drained(&guessed);
+        assert_eq!(pc.calls, latencies.len() as u64);
+        assert_eq!((gc, gs), (pc, ps));
+    }
+
+    /// The per-core shard's guessed record (the per-core emitter's) against
+    /// its plain one: the same latencies, hopping between buckets, on and
+    /// either side of the threshold, with errors, into two breakers' local
+    /// shards; both drain to the same counts and sketch.
+    #[test]
+    fn a_guessed_local_record_counts_what_a_record_counts() {
+        let threshold = 1_000_000;
+        let (plain, guessed) = (Shards::new(1, 1, false, threshold), Shards::new(1, 1, false, threshold));
+        let t = plain.threshold_index;
+        let mut latencies = vec![0u64, 1, 10, 500, 2_000, 2_000, 50_000, 10, 10, u64::MAX];
+        latencies.extend([threshold - 1, threshold, threshold + 1, threshold * 3, 700]);
+        latencies.extend((0..5_000u64).map(|i| {
+            if i % 100 == 99 {
+                5_000_000
+            } else {
+                3_000 + i % 3 * 40_000
+            }
+        }));
+        for (i, &ns) in latencies.iter().enumerate() {
+            let slow = ns > threshold;
+            let error = i % 7 == 3;
+            plain.local[0].record(bucket_of(ns, slow, t), error);
+            guessed.local[0].record_guessed(bucket_of(ns, slow, t), error);
         }
         let drained = |shards: &Shards| {
             let mut c = Counts::default();

@@ -88,6 +88,9 @@ enum Sink<'a> {
     /// (see [`Permit::shard`]).
     Resolved(&'a Shard),
     Local(&'a LocalShard),
+    /// A per-core shard found before the clock's end reading (see
+    /// [`LocalPermit::shard`]): recorded at a guessed bucket first.
+    LocalResolved(&'a LocalShard),
 }
 
 impl<'a> Sink<'a> {
@@ -109,6 +112,7 @@ impl<'a> Sink<'a> {
             Sink::Shared => inner.shards.mine().record(bucket, error),
             Sink::Resolved(shard) => shard.record_guessed(bucket, error),
             Sink::Local(shard) => shard.record(bucket, error),
+            Sink::LocalResolved(shard) => shard.record_guessed(bucket, error),
         }
     }
 
@@ -116,7 +120,7 @@ impl<'a> Sink<'a> {
         match self {
             Sink::Shared => inner.shards.mine().cancel(),
             Sink::Resolved(shard) => shard.cancel(),
-            Sink::Local(shard) => shard.cancel(),
+            Sink::Local(shard) | Sink::LocalResolved(shard) => shard.cancel(),
         }
     }
 
@@ -124,7 +128,7 @@ impl<'a> Sink<'a> {
         match self {
             Sink::Shared => inner.shards.mine().stale(),
             Sink::Resolved(shard) => shard.stale(),
-            Sink::Local(shard) => shard.stale(),
+            Sink::Local(shard) | Sink::LocalResolved(shard) => shard.stale(),
         }
     }
 
@@ -135,7 +139,7 @@ impl<'a> Sink<'a> {
         match self {
             Sink::Shared => inner.shards.mine().error_of_counted(),
             Sink::Resolved(shard) => shard.error_of_counted(),
-            Sink::Local(shard) => shard.error_of_counted(),
+            Sink::Local(shard) | Sink::LocalResolved(shard) => shard.error_of_counted(),
         }
     }
 }
@@ -788,7 +792,7 @@ pub struct LocalPermit<'a> {
     handle: &'a LocalHandle,
 }
 
-impl LocalPermit<'_> {
+impl<'a> LocalPermit<'a> {
     /// As [`Permit::record`].
     ///
     /// ```
@@ -830,12 +834,23 @@ impl LocalPermit<'_> {
         self.record_timeout_ns(crate::clock::duration_nanos_saturating(elapsed));
     }
 
-    /// As [`record_latency`](Self::record_latency), with the latency in
-    /// nanoseconds (the emitter's: no round trip through a `Duration`).
+    /// The per-core shard this permit's verdict is counted in, for a caller
+    /// that finds it before it reads the clock to end the call (the
+    /// per-core emitter): looked up after the reading, it costs the precise
+    /// emit time (`benches/emit_overhead.rs`).
     #[inline(always)]
-    pub(crate) fn record_latency_ns(self, latency_ns: u64, ok: bool) {
+    pub(crate) fn shard(&self) -> &'a LocalShard {
+        self.handle.shard()
+    }
+
+    /// As [`record_latency`](Self::record_latency), with the latency in
+    /// nanoseconds (the emitter's: no round trip through a `Duration`),
+    /// counted in `shard` ([`shard`](Self::shard) of this permit) at a
+    /// guessed bucket first ([`LocalShard::record_guessed`]).
+    #[inline(always)]
+    pub(crate) fn record_latency_ns_in(self, shard: &LocalShard, latency_ns: u64, ok: bool) {
         let this = ManuallyDrop::new(self);
-        this.core.finish(latency_ns, ok, Sink::Local(this.handle.shard()));
+        this.core.finish(latency_ns, ok, Sink::LocalResolved(shard));
     }
 
     /// As [`record_timeout`](Self::record_timeout), in nanoseconds.

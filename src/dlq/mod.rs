@@ -107,9 +107,10 @@
 //!   three head slots, lines that only the consumer and that class's
 //!   producers write: a consumer waiting on a queue its producers keep
 //!   nearly empty pulls the occupancy word, the line every push writes, to
-//!   its core only to claim an item, not at every look (this took 10 ns a
-//!   item off two producers sharing a core with a consumer on the other
-//!   core, `cargo bench --bench dlq -- --interleaved 7 --pin 0,0,1`).
+//!   its core only to claim an item, not at every look. With two producers
+//!   on one core and the consumer on another, that took about 10 ns off
+//!   each item (`cargo bench --bench dlq -- --interleaved 7 --pin 0,0,1`:
+//!   57–60 ns, from 61–77).
 //!
 //! Per push + pop that is four read-modify-write operations for `Idle` and
 //! `Routine` items (the occupancy CAS on each side, the tail `fetch_add`,

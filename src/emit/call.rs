@@ -106,16 +106,18 @@ impl Verdict for crate::OwnedPermit {
     }
 }
 
-impl Verdict for LocalPermit<'_> {
-    type Target = ();
+impl<'a> Verdict for LocalPermit<'a> {
+    type Target = &'a crate::shard::LocalShard;
     #[inline(always)]
-    fn target(&self) {}
+    fn target(&self) -> &'a crate::shard::LocalShard {
+        self.shard()
+    }
     #[inline(always)]
-    fn record_latency_in(self, (): (), latency_ns: u64, ok: bool) {
-        LocalPermit::record_latency_ns(self, latency_ns, ok);
+    fn record_latency_in(self, shard: &'a crate::shard::LocalShard, latency_ns: u64, ok: bool) {
+        self.record_latency_ns_in(shard, latency_ns, ok);
     }
     #[inline]
-    fn record_timeout_in(self, (): (), elapsed_ns: u64) {
+    fn record_timeout_in(self, _: &'a crate::shard::LocalShard, elapsed_ns: u64) {
         LocalPermit::record_timeout_ns(self, elapsed_ns);
     }
 }

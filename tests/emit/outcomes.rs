@@ -66,6 +66,52 @@ fn emits_whose_times_hop_between_buckets_are_each_counted_in_their_own() {
     assert_eq!((w.calls, w.slow), (lat_ms.len() as u64, slow));
 }
 
+/// The same through a per-core emitter, whose breaker handle and time
+/// histogram are also counted at a guessed bucket first (the bucket the
+/// thread's last emit went to), with failures among the hops: every emit
+/// is counted in its own time bucket, and the breaker's window has every
+/// call, the slow ones and the failures.
+#[test]
+fn local_emits_whose_times_hop_between_buckets_are_each_counted_in_their_own() {
+    let clock = ManualClock::new();
+    let b = tailguard::Breaker::builder()
+        .clock(clock.clone())
+        .ticker(false)
+        .latency_threshold(Duration::from_millis(50))
+        .local_handles(1)
+        .build()
+        .unwrap();
+    let e = tailguard::emit::LocalEmitter::<u32>::builder(b.clone(), DeadLetterQueue::with_capacity(8).unwrap())
+        .build_local()
+        .unwrap();
+    let lat_ms = [30u64, 30, 1, 120, 30, 60, 60, 1, 150, 1, 30, 2, 2, 90];
+    let fails = |i: usize| i % 5 == 4;
+    for (i, &ms) in lat_ms.iter().enumerate() {
+        let out = e.emit_blocking(i as u32, Priority::Routine, |_, _| {
+            clock.advance(Duration::from_millis(ms));
+            if fails(i) {
+                Err(())
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(out.is_delivered(), !fails(i), "emit {i}: {out:?}");
+    }
+    let s = e.stats();
+    for (bound, n) in s.emit_times.cumulative() {
+        let expected = lat_ms.iter().filter(|&&ms| Duration::from_millis(ms) <= bound).count() as u64;
+        assert_eq!(n, expected, "emits at or below {bound:?}");
+    }
+    let sum: u64 = lat_ms.iter().sum();
+    assert_eq!(s.emit_times.sum(), Duration::from_millis(sum));
+    clock.advance(SEC);
+    b.tick();
+    let w = b.snapshot().window;
+    let slow = lat_ms.iter().filter(|&&ms| ms > 50).count() as u64;
+    let failed = (0..lat_ms.len()).filter(|&i| fails(i)).count() as u64;
+    assert_eq!((w.calls, w.slow, w.errors), (lat_ms.len() as u64, slow, failed));
+}
+
 #[test]
 fn an_open_breaker_diverts_at_once_without_calling_the_consumer() {
     let clock = ManualClock::new();
