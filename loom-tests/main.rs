@@ -8,4 +8,5 @@
 
 mod breaker;
 mod dlq;
+mod dlq_hostile_pop;
 mod emit;
