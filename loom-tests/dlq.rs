@@ -12,6 +12,11 @@
 //!   own or a higher class;
 //! - nothing leaks (`loom::alloc::Track` on every item, loom's `Arc`).
 //!
+//! This harness gives loom no access of the producers' that races the
+//! consumer's first look, so loom explores pops before the pushes they race
+//! and not pushes that finish first; `dlq_hostile_pop.rs` explains why and
+//! re-runs these scenarios with a `kick` that makes it explore both.
+//!
 //! Loom's `UnsafeCell` tracking fails a model if the consumer (or a
 //! displacing producer) ever reads a slot that a producer has claimed but not
 //! yet written, or if two threads touch a slot at once.

@@ -13,6 +13,9 @@ use tailguard::ConfigErrorKind;
 
 use Priority::{Critical, Idle, Routine};
 
+#[path = "dlq/hostile_pop.rs"]
+mod hostile_pop;
+
 /// Scales a loop count down under Miri.
 const fn scaled(n: usize) -> usize {
     if cfg!(miri) {

@@ -127,8 +127,9 @@
 //!
 //! - An item whose `push` has not returned yet may be popped after a
 //!   lower-class item (the consumer only commits to a class whose next item
-//!   is written; it does not wait for a producer mid-write). FIFO within a
-//!   class is never violated.
+//!   is written; it does not wait for a producer mid-write), and so may an
+//!   item queued behind it in its class, whose push has returned. FIFO
+//!   within a class is never violated.
 //! - A push decides "full" from the occupancy word at one instant; if the
 //!   consumer pops right after, the push may still have displaced an item
 //!   although room was made a moment later.
@@ -583,7 +584,8 @@ impl<T> DeadLetterQueue<T> {
     /// Removes the next item: the oldest of the highest class present.
     ///
     /// Returns `None` when the queue is empty (or holds only items whose
-    /// `push` has not returned yet).
+    /// `push` has not returned yet, and items queued behind them in their
+    /// class).
     ///
     /// ```
     /// use tailguard::dlq::{DeadLetterQueue, Priority};

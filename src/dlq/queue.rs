@@ -70,6 +70,18 @@ fn one(class: usize) -> u64 {
     (1 << TOTAL_SHIFT) | own
 }
 
+/// What `pop_lower` found.
+enum Lower<T> {
+    /// It claimed and took the class's next item.
+    Took(T),
+    /// The class has nothing to take now: its next item is still being
+    /// written, or displacing producers claimed every item counted.
+    Absent,
+    /// A higher class has a written item to take first: look again from
+    /// the top.
+    Higher,
+}
+
 /// What the full path of a push did: decided, or handed the item back with
 /// the occupancy word it found instead of the one it was given.
 enum FullStep<T> {
@@ -221,21 +233,37 @@ impl<T> Inner<T> {
     /// its push came after this pop.
     #[inline]
     pub(super) fn pop(&self) -> Option<(T, Priority)> {
-        // `Critical`: only this thread removes from its ring, so a written
-        // head is counted in the word (admitted, and claimed by nobody), and
-        // this thread's to take once it is claimed there.
-        let c = Priority::Critical.index();
-        if self.rings[c].head_ready() {
-            self.claim_one(c);
-            let item = self.rings[c]
-                .pop_unshared()
-                .expect("the Critical head was written and only the consumer takes it");
-            return Some((item, Priority::Critical));
+        // A second look before answering `None`: the first may have missed
+        // an item that was written while it looked at a lower class (see
+        // `Lower::Higher`).
+        let mut looks = 0;
+        loop {
+            // `Critical`: only this thread removes from its ring, so a
+            // written head is counted in the word (admitted, and claimed by
+            // nobody), and this thread's to take once it is claimed there.
+            let c = Priority::Critical.index();
+            if self.rings[c].head_ready() {
+                self.claim_one(c);
+                let item = self.rings[c]
+                    .pop_unshared()
+                    .expect("the Critical head was written and only the consumer takes it");
+                return Some((item, Priority::Critical));
+            }
+            match self.pop_lower(Priority::Routine) {
+                Lower::Took(item) => return Some((item, Priority::Routine)),
+                Lower::Higher => continue,
+                Lower::Absent => {}
+            }
+            match self.pop_lower(Priority::Idle) {
+                Lower::Took(item) => return Some((item, Priority::Idle)),
+                Lower::Higher => continue,
+                Lower::Absent => {}
+            }
+            looks += 1;
+            if looks == 2 {
+                return None;
+            }
         }
-        if let Some(item) = self.pop_lower(Priority::Routine) {
-            return Some((item, Priority::Routine));
-        }
-        self.pop_lower(Priority::Idle).map(|item| (item, Priority::Idle))
     }
 
     /// `pop` for a class that displacing producers also remove from
@@ -244,22 +272,25 @@ impl<T> Inner<T> {
     /// claimed every item counted, that one included) and takes the oldest.
     /// Kept apart so that each call is compiled for its constant class.
     #[inline(always)]
-    fn pop_lower(&self, class: Priority) -> Option<T> {
+    fn pop_lower(&self, class: Priority) -> Lower<T> {
         let c = class.index();
         let ring = &self.rings[c];
         let head = ring.head.load(Ordering::Acquire);
         if ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
-            return None;
+            return Lower::Absent;
         }
         let occupancy = &self.hot.occupancy;
         let mut cur = occupancy.load(Ordering::Acquire);
         loop {
+            if self.higher_ready(c, cur) {
+                return Lower::Higher;
+            }
             if count(cur, c) == 0 {
-                return None; // displacing producers claimed every item of it
+                return Lower::Absent; // displacing producers claimed every item of it
             }
             match occupancy.compare_exchange_weak(cur, cur - one(c), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    return Some(match ring.take_at(head) {
+                    return Lower::Took(match ring.take_at(head) {
                         Some(item) => item,
                         // A displacing producer took that one first: the
                         // next item of the class is ours.
@@ -269,6 +300,17 @@ impl<T> Inner<T> {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// Whether a class above `c` has an item counted in `cur` and written
+    /// at its head. `pop` looked at those heads before `c`'s, and may have
+    /// found one still being written; the acquire loads since (`c`'s head
+    /// written, the word `cur`) may have made that item's write visible,
+    /// or that of an item pushed before `c`'s (a push that returned before
+    /// `c`'s began): then the pop must take it, not `c`'s.
+    #[inline(always)]
+    fn higher_ready(&self, c: usize, cur: u64) -> bool {
+        (c + 1..Priority::ALL.len()).any(|h| count(cur, h) > 0 && self.rings[h].head_ready())
     }
 
     /// Claims one item of class `c` in the occupancy word; the caller knows
