@@ -18,6 +18,9 @@ use Priority::{Critical, Idle, Routine};
 
 use super::assert_conserved;
 
+/// How many times each item (producer, class, sequence) was dropped.
+type Drops = Arc<Mutex<HashMap<(usize, usize, u64), u32>>>;
+
 /// One producer pushes, round `k`, a `high` item `k` and then a `low` item
 /// `k`; the consumer pops in a tight loop. Capacity 1024 and the producer
 /// keeps the queue under half full, so nothing is displaced or refused.
@@ -139,7 +142,7 @@ struct Item {
     who: usize,
     class: Priority,
     seq: u64,
-    drops: Arc<Mutex<HashMap<(usize, usize, u64), u32>>>,
+    drops: Drops,
     panic_on_drop: bool,
 }
 
@@ -167,7 +170,7 @@ impl Drop for Item {
 /// end are dropped with the queue, some of them panicking in `drop`.
 fn stress(capacity: usize, mixed: usize, run_for: Duration, seed: u64) {
     let q: DeadLetterQueue<Item> = DeadLetterQueue::with_capacity(capacity).unwrap();
-    let drops: Arc<Mutex<HashMap<(usize, usize, u64), u32>>> = Arc::default();
+    let drops: Drops = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let producers = 3 + mixed;
     let made: Vec<Arc<[AtomicU64; 3]>> = (0..producers).map(|_| Arc::new(Default::default())).collect();
