@@ -10,3 +10,4 @@ mod breaker;
 mod dlq;
 mod dlq_hostile_pop;
 mod emit;
+mod hostile_local_guess;

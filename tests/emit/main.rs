@@ -15,6 +15,7 @@ mod cancellation;
 #[cfg(feature = "tokio")]
 mod consumers;
 mod hostile_guess;
+mod hostile_local_guess;
 mod hostile_in_flight;
 mod hostile_runtimes;
 mod hostile_runtimes_2;
