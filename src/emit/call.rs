@@ -53,7 +53,8 @@ pub(super) trait Verdict: Sized {
     /// Where the verdict is counted, found before the clock's end reading
     /// ([`target`](Self::target)): a shared permit's thread shard if it is
     /// built (found after the reading, it costs the precise emit about
-    /// 10 ns, see `benches/emit_overhead.rs`); nothing for the others.
+    /// 10 ns, see `benches/emit_overhead.rs`), a per-core permit's handle
+    /// shard; nothing for an owned permit.
     type Target: Copy;
     fn target(&self) -> Self::Target;
     /// The verdict, counted in `target`, which this permit's
