@@ -15,8 +15,8 @@ mod cancellation;
 #[cfg(feature = "tokio")]
 mod consumers;
 mod hostile_guess;
-mod hostile_local_guess;
 mod hostile_in_flight;
+mod hostile_local_guess;
 mod hostile_runtimes;
 mod hostile_runtimes_2;
 mod in_flight;
