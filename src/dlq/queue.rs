@@ -233,10 +233,26 @@ impl<T> Inner<T> {
     /// its push came after this pop.
     #[inline]
     pub(super) fn pop(&self) -> Option<(T, Priority)> {
-        // A second look before answering `None`: the first may have missed
-        // an item that was written while it looked at a lower class (see
-        // `Lower::Higher`).
-        let mut looks = 0;
+        match self.look() {
+            Some(popped) => Some(popped),
+            None => self.look_again(),
+        }
+    }
+
+    /// A second look before `pop` answers `None`: the first may have missed
+    /// an item that was written while it looked at a lower class, and that
+    /// its loads of the lower classes' heads have made visible since (a
+    /// displacement it saw there came after that item's push returned).
+    #[cold]
+    #[inline(never)]
+    fn look_again(&self) -> Option<(T, Priority)> {
+        self.look()
+    }
+
+    /// One look at the heads, highest class first: the first written item
+    /// that is still counted, or `None`.
+    #[inline(always)]
+    fn look(&self) -> Option<(T, Priority)> {
         loop {
             // `Critical`: only this thread removes from its ring, so a
             // written head is counted in the word (admitted, and claimed by
@@ -254,15 +270,11 @@ impl<T> Inner<T> {
                 Lower::Higher => continue,
                 Lower::Absent => {}
             }
-            match self.pop_lower(Priority::Idle) {
-                Lower::Took(item) => return Some((item, Priority::Idle)),
+            return match self.pop_lower(Priority::Idle) {
+                Lower::Took(item) => Some((item, Priority::Idle)),
                 Lower::Higher => continue,
-                Lower::Absent => {}
-            }
-            looks += 1;
-            if looks == 2 {
-                return None;
-            }
+                Lower::Absent => None,
+            };
         }
     }
 
@@ -310,7 +322,8 @@ impl<T> Inner<T> {
     /// `c`'s began): then the pop must take it, not `c`'s.
     #[inline(always)]
     fn higher_ready(&self, c: usize, cur: u64) -> bool {
-        (c + 1..Priority::ALL.len()).any(|h| count(cur, h) > 0 && self.rings[h].head_ready())
+        let ready = |h: usize| count(cur, h) > 0 && self.rings[h].head_ready();
+        ready(Priority::Critical.index()) || (c < Priority::Routine.index() && ready(Priority::Routine.index()))
     }
 
     /// Claims one item of class `c` in the occupancy word; the caller knows
