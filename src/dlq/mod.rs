@@ -102,14 +102,19 @@
 //!   instructions.
 //! - **The consumer's pop** looks at the rings' heads, highest class
 //!   first, and commits to the first class whose next item is written; only
-//!   then does it read the occupancy word, for its claim. An empty queue
-//!   (or one whose items are all still being written) is answered from the
-//!   three head slots, lines that only the consumer and that class's
-//!   producers write: a consumer waiting on a queue its producers keep
-//!   nearly empty pulls the occupancy word, the line every push writes, to
-//!   its core only to claim an item, not at every look. With two producers
-//!   on one core and the consumer on another, that took about 10 ns off
-//!   each item (`cargo bench --bench dlq -- --interleaved 7 --pin 0,0,1`:
+//!   then does it read the occupancy word, for its claim. Before it claims
+//!   a lower class's item it looks again at the classes above, counted in
+//!   that word: one whose head is written by now (an item written while
+//!   the pop looked lower down, or pushed before the lower item was) comes
+//!   first. An empty queue (or one whose items are all still being
+//!   written) is answered from the three head slots alone, lines that only
+//!   the consumer and that class's producers write; they are looked at
+//!   twice, since the first look's later loads may make visible an item
+//!   its earlier ones missed. So a consumer waiting on a queue its
+//!   producers keep nearly empty pulls the occupancy word, the line every
+//!   push writes, to its core only to claim an item, not at every look.
+//!   With two producers on one core and the consumer on another, that took
+//!   about 10 ns off each item (`cargo bench --bench dlq -- --interleaved 7 --pin 0,0,1`:
 //!   57–60 ns, from 61–77).
 //!
 //! Per push + pop that is four read-modify-write operations for `Idle` and

@@ -230,7 +230,9 @@ impl<T> Inner<T> {
     /// that its producers keep nearly empty does not pull the occupancy
     /// word (the line every push writes) to its core at each look, only at
     /// each claim. An item whose head is not written yet is treated as if
-    /// its push came after this pop.
+    /// its push came after this pop, unless the pop finds it written later
+    /// on: after a lower class's head (`Lower::Higher`), or on the second
+    /// look that comes before an answer of `None` (`look_again`).
     #[inline]
     pub(super) fn pop(&self) -> Option<(T, Priority)> {
         match self.look() {
