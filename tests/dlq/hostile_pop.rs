@@ -99,6 +99,7 @@ fn budget() -> Duration {
 /// the pop takes the `Idle` item while the `Critical` item pushed before it
 /// is queued. Not seen on the parent in the same budget.
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_new_idle_popped_while_an_earlier_critical_push_is_queued() {
     let (found, lows) = lower_item_overtakes_an_earlier_higher_one(Critical, Idle, budget());
     assert!(
@@ -113,6 +114,7 @@ fn hp_new_idle_popped_while_an_earlier_critical_push_is_queued() {
 
 /// NEW in 6658636, `Critical` then `Routine`.
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_new_routine_popped_while_an_earlier_critical_push_is_queued() {
     let (found, lows) = lower_item_overtakes_an_earlier_higher_one(Critical, Routine, budget());
     assert!(found.is_none(), "{found:?} ({lows} Routine pops)");
@@ -120,6 +122,7 @@ fn hp_new_routine_popped_while_an_earlier_critical_push_is_queued() {
 
 /// NEW in 6658636, `Routine` then `Idle`.
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_new_idle_popped_while_an_earlier_routine_push_is_queued() {
     let (found, lows) = lower_item_overtakes_an_earlier_higher_one(Routine, Idle, budget());
     assert!(found.is_none(), "{found:?} ({lows} Idle pops)");
@@ -334,21 +337,25 @@ fn stress(capacity: usize, mixed: usize, run_for: Duration, seed: u64) {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_stress_capacity_1() {
     stress(1, 2, Duration::from_millis(1500), 1);
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_stress_capacity_2() {
     stress(2, 2, Duration::from_millis(1500), 2);
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_stress_capacity_3() {
     stress(3, 3, Duration::from_millis(1500), 3);
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_stress_capacity_5() {
     stress(5, 1, Duration::from_millis(1500), 5);
 }
@@ -359,6 +366,7 @@ fn hp_stress_capacity_5() {
 /// `Routine` head whose count a displacer has claimed must move on, never
 /// take an item twice nor hang.
 #[test]
+#[cfg_attr(miri, ignore = "seconds of racing threads; loom covers it")]
 fn hp_pop_racing_the_displacement_of_the_last_routine_item() {
     let q: DeadLetterQueue<(Priority, u64)> = DeadLetterQueue::with_capacity(1).unwrap();
     let stop = AtomicBool::new(false);
