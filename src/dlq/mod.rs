@@ -114,8 +114,8 @@
 //!   producers keep nearly empty pulls the occupancy word, the line every
 //!   push writes, to its core only to claim an item, not at every look.
 //!   With two producers on one core and the consumer on another, that took
-//!   about 10 ns off each item (`cargo bench --bench dlq -- --interleaved 7 --pin 0,0,1`:
-//!   57–60 ns, from 61–77).
+//!   about 10 ns off each item (`cargo bench --bench dlq -- --interleaved
+//!   7 --pin 0,0,1`, medians of two runs: 57.5–58.6 ns, from 68.0–68.4).
 //!
 //! Per push + pop that is four read-modify-write operations for `Idle` and
 //! `Routine` items (the occupancy CAS on each side, the tail `fetch_add`,
