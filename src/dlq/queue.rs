@@ -289,9 +289,19 @@ impl<T> Inner<T> {
     fn pop_lower(&self, class: Priority) -> Lower<T> {
         let c = class.index();
         let ring = &self.rings[c];
-        let head = ring.head.load(Ordering::Acquire);
-        if ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
-            return Lower::Absent;
+        let mut head = ring.head.load(Ordering::Acquire);
+        while ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+            // Not written: the class is empty or its next item in transit,
+            // unless a displacer took the item at `head` meanwhile. Then
+            // the head has moved on and the next item may be written: two
+            // displacers taking the head under each of a pop's two looks
+            // would otherwise have it answer `None` while an item pushed
+            // before it began is queued.
+            let now = ring.head.load(Ordering::Acquire);
+            if now == head {
+                return Lower::Absent;
+            }
+            head = now;
         }
         let occupancy = &self.hot.occupancy;
         let mut cur = occupancy.load(Ordering::Acquire);
@@ -348,7 +358,9 @@ impl<T> Inner<T> {
         }
     }
 
-    fn class_stats(&self, class: Priority) -> ClassStats {
+    /// The counters of one class; `occupancy` is the word read once for all
+    /// three classes, so that their depths are those of one instant.
+    fn class_stats(&self, class: Priority, occupancy: u64) -> ClassStats {
         let ring = &self.rings[class.index()];
         // Read `displaced` before `head` and `head` before `tail`, so that
         // `removed >= displaced` and `queued >= removed`.
@@ -364,15 +376,16 @@ impl<T> Inner<T> {
             popped: removed.saturating_sub(displaced),
             displaced,
             handed_back,
-            depth: count(self.hot.occupancy.load(Ordering::Acquire), class.index()) as u64,
+            depth: count(occupancy, class.index()) as u64,
         }
     }
 
     pub(super) fn stats(&self) -> Stats {
+        let occupancy = self.hot.occupancy.load(Ordering::Acquire);
         Stats {
-            idle: self.class_stats(Priority::Idle),
-            routine: self.class_stats(Priority::Routine),
-            critical: self.class_stats(Priority::Critical),
+            idle: self.class_stats(Priority::Idle, occupancy),
+            routine: self.class_stats(Priority::Routine, occupancy),
+            critical: self.class_stats(Priority::Critical, occupancy),
         }
     }
 }
