@@ -110,7 +110,9 @@
 //!   written) is answered from the three head slots alone, lines that only
 //!   the consumer and that class's producers write; they are looked at
 //!   twice, since the first look's later loads may make visible an item
-//!   its earlier ones missed. So a consumer waiting on a queue its
+//!   its earlier ones missed, and a class whose head moves on while the
+//!   pop looks at it (a displacer took the item) is looked at again at
+//!   its new head. So a consumer waiting on a queue its
 //!   producers keep nearly empty pulls the occupancy word, the line every
 //!   push writes, to its core only to claim an item, not at every look.
 //!   With two producers on one core and the consumer on another, that took
