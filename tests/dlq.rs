@@ -18,6 +18,20 @@ mod hostile_consumer_line;
 #[path = "dlq/hostile_pop.rs"]
 mod hostile_pop;
 
+/// How long a timed race of the `hostile_*` modules runs: the seconds in
+/// the environment variable `var`, or `default`.
+fn race_budget(var: &str, default: u64) -> Duration {
+    Duration::from_secs(std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default))
+}
+
+/// The next value of a xorshift64 generator whose state is `s` (not 0).
+fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
 /// Scales a loop count down under Miri.
 const fn scaled(n: usize) -> usize {
     if cfg!(miri) {

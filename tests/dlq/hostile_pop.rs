@@ -85,12 +85,7 @@ fn lower_item_overtakes_an_earlier_higher_one(
 }
 
 fn budget() -> Duration {
-    Duration::from_secs(
-        std::env::var("HOSTILE_POP_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(5),
-    )
+    super::race_budget("HOSTILE_POP_SECS", 5)
 }
 
 /// NEW in 6658636 (loom: `hp_new_pop_returns_an_idle_item_pushed_after_a_returned_critical_push`).
@@ -131,13 +126,6 @@ fn hp_new_idle_popped_while_an_earlier_routine_push_is_queued() {
 // ---------------------------------------------------------------------
 // Attacks that held.
 // ---------------------------------------------------------------------
-
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
 
 /// An item: producer, class, per-(producer, class) sequence; counts its
 /// drops, and panics in `drop` if asked.
@@ -194,7 +182,7 @@ fn stress(capacity: usize, mixed: usize, run_for: Duration, seed: u64) {
                     let class = if who < 3 {
                         Priority::ALL[who]
                     } else {
-                        Priority::ALL[(xorshift(&mut rng) % 3) as usize]
+                        Priority::ALL[(super::xorshift(&mut rng) % 3) as usize]
                     };
                     let c = class as usize;
                     let item = Item {
@@ -221,7 +209,7 @@ fn stress(capacity: usize, mixed: usize, run_for: Duration, seed: u64) {
                             back.push((who, c, item.seq));
                         }
                     }
-                    if xorshift(&mut rng) % 8 == 0 {
+                    if super::xorshift(&mut rng) % 8 == 0 {
                         thread::yield_now();
                     }
                 }
