@@ -8,7 +8,9 @@
 use crate::support::emit::*;
 use crate::support::*;
 use std::future::pending;
+#[cfg(feature = "async-io")]
 use std::pin::pin;
+#[cfg(feature = "tokio")]
 use std::time::Duration;
 use tailguard::clock::{ClockSource, ManualClock};
 use tailguard::dlq::{DeadLetterQueue, Priority};
