@@ -439,3 +439,77 @@ fn cap6_every_class_near_the_positions_wrap() {
         },
     );
 }
+
+/// The consumer never writes the producers' line: the counts are the
+/// occupancy word less the consumer's pops not folded into it yet, read
+/// before and after the word. A reader (`fallback_depth`, `len`) racing a
+/// displacement and two pops must see counts the queue had: never over
+/// the capacity, never more of a class than was ever queued.
+#[test]
+fn counts_read_while_the_consumer_pops_are_counts_the_queue_had() {
+    loom::model(|| {
+        let q = DeadLetterQueue::with_capacity(2).unwrap();
+        assert!(matches!(q.push(1u32, Idle), Ok(Pushed::Queued)));
+        assert!(matches!(q.push(2, Routine), Ok(Pushed::Queued)));
+        let pusher = q.producer();
+        let displacer = thread::spawn(move || match pusher.push(3, Critical) {
+            Ok(Pushed::Queued) => None,
+            Ok(Pushed::Displaced(old, class)) => Some((old, class)),
+            Err(_) => panic!("a Critical push refused while lower items were queued or popped"),
+        });
+        let reader = q.producer();
+        let reading = thread::spawn(move || {
+            let d = reader.fallback_depth();
+            let len = reader.len();
+            (d, len)
+        });
+        let first = q.pop();
+        let second = q.pop();
+        let displaced = displacer.join().unwrap();
+        let (d, len) = reading.join().unwrap();
+        assert!(d.total() <= 2 && len <= 2, "{d:?} len {len}");
+        assert!(d.idle <= 1 && d.routine <= 1 && d.critical <= 1, "{d:?}");
+        assert!(!(d.idle == 1 && d.routine == 1 && d.critical == 1), "{d:?}");
+        // The items are accounted for, once each.
+        let mut got: Vec<u32> = [first, second].into_iter().flatten().map(|(v, _)| v).collect();
+        got.extend(displaced.map(|(v, _)| v));
+        while let Some((v, _)) = q.pop() {
+            got.push(v);
+        }
+        got.sort_unstable();
+        assert_eq!(got, [1, 2, 3]);
+        assert_eq!(q.len(), 0);
+    });
+}
+
+/// A push that finds the occupancy word full of an item the consumer has
+/// popped folds that pop in and is admitted; a second push racing it must
+/// not also be admitted into the same room (the queue would hold two items
+/// at capacity 1).
+#[test]
+fn two_pushes_that_find_one_pop_not_folded_share_its_room() {
+    loom::model(|| {
+        let q = DeadLetterQueue::with_capacity(1).unwrap();
+        assert!(matches!(q.push(0u32, Routine), Ok(Pushed::Queued)));
+        let spawn = |v: u32| {
+            let p = q.producer();
+            thread::spawn(move || p.push(v, Idle).is_ok())
+        };
+        let (a, b) = (spawn(1), spawn(2));
+        let popped = q.pop();
+        let admitted = usize::from(a.join().unwrap()) + usize::from(b.join().unwrap());
+        let len = q.len();
+        assert!(len <= 1, "len {len}");
+        let mut left = 0;
+        while q.pop().is_some() {
+            left += 1;
+        }
+        assert_eq!(left, len);
+        match popped {
+            // The pop came before both pushes were decided, or between them.
+            Some((0, Routine)) => assert_eq!(admitted, len),
+            // Neither push could be admitted before the pop of item 0.
+            other => panic!("popped {other:?}"),
+        }
+    });
+}

@@ -9,6 +9,7 @@
 mod breaker;
 mod dlq;
 mod dlq_hostile_consumer_line;
+mod dlq_hostile_fold;
 mod dlq_hostile_pop;
 mod emit;
 mod hostile_local_guess;

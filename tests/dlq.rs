@@ -15,6 +15,8 @@ use Priority::{Critical, Idle, Routine};
 
 #[path = "dlq/hostile_consumer_line.rs"]
 mod hostile_consumer_line;
+#[path = "dlq/hostile_fold.rs"]
+mod hostile_fold;
 #[path = "dlq/hostile_pop.rs"]
 mod hostile_pop;
 

@@ -68,19 +68,36 @@
 //! # Design
 //!
 //! One bounded ring per class (`ring.rs`, which holds all of the queue's
-//! `unsafe`), and one *occupancy word* that says how many items of each
-//! class the queue holds (`queue.rs`).
+//! `unsafe`), one *occupancy word* that only producers write, and one
+//! count of pops per class that only the consumer writes (`queue.rs`).
+//! The consumer never writes the producers' line, and a producer reads the
+//! consumer's lines only when the word says the queue is full.
 //!
-//! - **The occupancy word** (one `AtomicU64`): the items of class
-//!   `Critical`, of class `Routine` and of every class, 21 bits each (hence
-//!   [`MAX_CAPACITY`]). An item is counted from the moment its push is
-//!   admitted, even before it is written, to the moment a remover claims
-//!   it, even before it is taken out. Admission (total below capacity: one
-//!   more of the class), displacement (one fewer of the lower class, one
-//!   more of the higher) and removal (one fewer) are each one CAS on it. So
-//!   the counts are always exact and an item is never in transit between
-//!   two counters: a `Critical` push sees exactly whether every item is
-//!   `Critical`, and a displacement sees exactly the lowest class present.
+//! - **The occupancy word** (one `AtomicU64`, on the producers' line): the
+//!   items of class `Critical`, of class `Routine` and of every class, 21
+//!   bits each (hence [`MAX_CAPACITY`]), each item counted from the moment
+//!   its push is admitted, even before it is written. Admission (total
+//!   below capacity: one more of the class) and displacement (one fewer of
+//!   the lower class, one more of the higher) are each one CAS on it. The
+//!   word never holds more than the capacity, so a CAS that succeeds on a
+//!   word read earlier finds the room it read, however many operations
+//!   went by in between.
+//! - **The consumer's pops** (one counter per class, beside that ring's
+//!   head, on the consumer's line): a plain store after each pop. A popped
+//!   item stays counted in the word until a producer *folds* its pop in.
+//!   So the word is the queue's counts plus the pops not folded yet.
+//! - **Folding**: a producer that finds the word full reads the
+//!   consumer's counts; if some pops are not folded, it sets the word's
+//!   top bit (a fold is under way: admissions go on, displacements and
+//!   other folds wait), claims the pops (a CAS on the folded count of their
+//!   class, on the producers' line), and in one CAS takes them off the
+//!   word, admits its own item and clears the bit. So the full path runs
+//!   about once per `capacity` pushes on a queue its consumer keeps empty,
+//!   and each pop is folded once. If no fold is under way and every pop
+//!   is folded (read before and after the word), the word holds the
+//!   queue's exact counts: a `Critical` push sees exactly whether every
+//!   item is `Critical`, an item in transit included, and a displacement
+//!   sees exactly the lowest class present.
 //! - **The rings**: Vyukov-style arrays of slots with a per-slot sequence
 //!   number (`seq`). Positions (`head`, `tail`, and the `seq` of each slot)
 //!   are `usize` counters that wrap; a position maps to slot `pos & mask`.
@@ -93,42 +110,36 @@
 //!   *full* (stored with `Release` after the write), so it never reads a
 //!   slot that is claimed but not yet written.
 //! - **Who removes**: the consumer, and producers displacing a lower class
-//!   (`Idle`, `Routine`): those heads are claimed by CAS. Nobody displaces a
-//!   `Critical` item, so the `Critical` head has one writer, the consumer.
-//!   Tails are claimed by `fetch_add` (admission already made the room). A
-//!   remover claims its item in the occupancy word first, then takes the
-//!   oldest item of that ring; if it is still in transit (its producer
-//!   admitted but not done writing), the remover waits for it, a few
-//!   instructions.
+//!   (`Idle`, `Routine`): those heads are claimed by CAS, and whoever wins
+//!   a position has its item. Nobody displaces a `Critical` item, so the
+//!   `Critical` head has one writer, the consumer. Tails are claimed by
+//!   `fetch_add` (admission already made the room). A displacer claims one
+//!   item of the lower class in the word first, then takes the oldest item
+//!   of that ring; if the consumer popped it meanwhile, it folds that pop
+//!   instead (the room is the consumer's; its own item is queued, nothing
+//!   handed back), and if the item is still in transit (its producer
+//!   admitted but not done writing), it waits for it, a few instructions.
 //! - **The consumer's pop** looks at the rings' heads, highest class
-//!   first, and commits to the first class whose next item is written; only
-//!   then does it read the occupancy word, for its claim. Before it claims
-//!   a lower class's item it looks again at the classes above, counted in
-//!   that word: one whose head is written by now (an item written while
-//!   the pop looked lower down, or pushed before the lower item was) comes
-//!   first. An empty queue (or one whose items are all still being
-//!   written) is answered from the three head slots alone, lines that only
-//!   the consumer and that class's producers write; they are looked at
-//!   twice, since the first look's later loads may make visible an item
-//!   its earlier ones missed, and a class whose head moves on while the
-//!   pop looks at it (a displacer took the item) is looked at again at
-//!   its new head. So a consumer waiting on a queue its
-//!   producers keep nearly empty pulls the occupancy word, the line every
-//!   push writes, to its core only to claim an item, not at every look.
-//!   With two producers on one core and the consumer on another, that took
-//!   about 10 ns off each item (`cargo bench --bench dlq -- --interleaved
-//!   7 --pin 0,0,1`, medians of two runs: 57.5–58.6 ns, from 68.0–68.4).
+//!   first, and takes the first written one. Before it takes a lower
+//!   class's item it looks again at the classes above: one whose head is
+//!   written by now (an item written while the pop looked lower down, or
+//!   pushed before the lower item was) comes first. An empty queue (or one
+//!   whose items are all still being written) is answered from the three
+//!   head slots alone, looked at twice, since the first look's later loads
+//!   may make visible an item its earlier ones missed; a class whose head
+//!   moves on while the pop looks at it (a displacer took the item) is
+//!   looked at again at its new head.
 //!
-//! Per push + pop that is four read-modify-write operations for `Idle` and
-//! `Routine` items (the occupancy CAS on each side, the tail `fetch_add`,
-//! the head CAS) and three for `Critical` items; crossbeam's `ArrayQueue`
-//! has two. The difference is the price of priorities that never lose an
-//! item: the consumer and displacing producers agree, in one word, on which
-//! class each removal comes out of. `examples/dlq_floor.rs` measures it in
-//! one process: push + pop against `ArrayQueue`, and against `ArrayQueue`
-//! plus two uncontended `fetch_add`s (the floor of this design);
-//! `cargo bench --bench dlq -- --interleaved` compares one thread and two
-//! producers with a consumer against `ArrayQueue` in interleaved rounds.
+//! Per push + pop that is three read-modify-write operations for `Idle`
+//! and `Routine` items (the word's CAS and the tail `fetch_add` in the
+//! push, the head CAS in the pop) and two for `Critical` items;
+//! crossbeam's `ArrayQueue` has two. With two producers on one core and
+//! the consumer on another, the consumer's pops no longer pull the
+//! producers' line to its core (`cargo bench --bench dlq -- --interleaved
+//! 7 --pin 0,0,1`; figures in `docs/figures.md`). `examples/dlq_floor.rs`
+//! measures one thread's push + pop against `ArrayQueue`, and against
+//! `ArrayQueue` plus one uncontended `fetch_add` (the floor of this
+//! design).
 //!
 //! # Caveats
 //!
@@ -137,21 +148,30 @@
 //!   is written; it does not wait for a producer mid-write), and so may an
 //!   item queued behind it in its class, whose push has returned. FIFO
 //!   within a class is never violated.
-//! - A push decides "full" from the occupancy word at one instant; if the
-//!   consumer pops right after, the push may still have displaced an item
+//! - A push decides "full" from the queue's counts at one instant; if the
+//!   consumer pops right after, the push may still displace an item
 //!   although room was made a moment later.
-//! - A remover whose item is still being written waits (spins, then yields)
-//!   for its producer; a producer descheduled in that window of a few
-//!   instructions holds it up.
-//! - A displacement racing the consumer's pop of the same class claims "one
-//!   item of the class" in the occupancy word, not a position, and the two
-//!   then take the oldest items in whichever order they reach the ring's
-//!   head. So the displacement may hand back the second-oldest item while
-//!   the pop returns the oldest (or the reverse), an outcome no order of the
-//!   two operations gives (a loom model of a `Routine` push racing a pop on
-//!   a full queue of two `Idle` items finds it). Each item still goes to exactly one of them, pops of a
-//!   class stay in FIFO order, and only the lowest class present is ever
-//!   displaced.
+//! - A remover whose item is still being written waits (spins, then
+//!   yields) for its producer, and a push that finds the queue full waits
+//!   for a fold under way; a producer descheduled in either window of a
+//!   few instructions holds it up.
+//! - A displacement racing the consumer's pop of the same class claims
+//!   "one item of the class" in the occupancy word, not a position, and
+//!   the two then take the oldest items in whichever order they reach the
+//!   ring's head. So the displacement may hand back the second-oldest item
+//!   while the pop returns the oldest (or the reverse), an outcome no order
+//!   of the two operations gives. Each item still goes to exactly one of
+//!   them, pops of a class stay in FIFO order, and only the lowest class
+//!   present is ever displaced.
+//! - [`len`](DeadLetterQueue::len), [`fallback_depth`](DeadLetterQueue::fallback_depth)
+//!   and the `depth` of [`stats`](DeadLetterQueue::stats) read the word
+//!   and the pops not folded, and are the counts of one instant (a
+//!   displacement in progress counted or not) unless the consumer pops or
+//!   a producer folds during each of eight reads in a row, a short spin
+//!   apart. Then they are the last read, at least 0 and at most the
+//!   capacity in all; if a producer was descheduled in the middle of a
+//!   fold, that read counts the pops it was folding as items of their
+//!   class.
 
 mod queue;
 mod ring;

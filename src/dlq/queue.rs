@@ -1,6 +1,6 @@
 //! The queue's logic: the occupancy word, admission, displacement, the
-//! consumer's pop, and the counters. No `unsafe`: the rings (`ring.rs`) do
-//! all of it.
+//! consumer's pop, the fold of the consumer's pops into the word, and the
+//! counters. No `unsafe`: the rings (`ring.rs`) do all of it.
 
 use crossbeam_utils::CachePadded;
 
@@ -12,8 +12,13 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 /// Bits per count in the occupancy word.
 const CLASS_BITS: u32 = 21;
 const CLASS_MASK: u64 = (1 << CLASS_BITS) - 1;
-/// Where the total is kept in the occupancy word.
+/// Where the total is kept in the occupancy word (bits 42–62: it never
+/// exceeds the capacity, below 2^21).
 const TOTAL_SHIFT: u32 = 2 * CLASS_BITS;
+/// The occupancy word's top bit: a producer is folding the consumer's pops
+/// into the word. Admissions go on; displacements, refusals and other
+/// folds wait for it to clear (see `Inner::fold`).
+const FOLDING: u64 = 1 << 63;
 /// The largest capacity a queue accepts (2^21 − 1 items): each count of
 /// the occupancy word must fit in its 21 bits.
 ///
@@ -25,16 +30,30 @@ const TOTAL_SHIFT: u32 = 2 * CLASS_BITS;
 /// ```
 pub const MAX_CAPACITY: usize = CLASS_MASK as usize;
 
-/// What every push and pop touches, in one cache line.
+/// How many times `len`, `fallback_depth` and `stats` read the counts
+/// before they settle for a read during which the consumer popped (see
+/// `Inner::depth`).
+const READ_ATTEMPTS: usize = 8;
+
+/// What producers write, in one cache line; the consumer never writes it.
 struct Hot {
     /// The occupancy word: the items of class `Critical` (bits 0–20), of
     /// class `Routine` (bits 21–41), and of all classes (bits 42–63; `Idle`
     /// is the rest), each item counted from the moment its push is admitted
-    /// (even before it is written) until the moment a remover claims it
-    /// (even before it is taken out). Every admission, displacement and
-    /// removal is one CAS on it, so the counts are always exact and an item
-    /// is never in transit between two counters.
+    /// (even before it is written) until the moment a displacing producer
+    /// claims it or the consumer's pop of it is *folded* in. The consumer
+    /// never writes it: it counts its pops on its own lines
+    /// (`End::popped`), and a producer that finds the word full folds the
+    /// pops not yet folded (`folded`) into it. So each count is the class's
+    /// items plus its pops not folded yet, at most the capacity in all:
+    /// admission (total below capacity: one more of the class) needs
+    /// nothing but this word, and a word read twice means the same room
+    /// both times.
     occupancy: AtomicU64,
+    /// The consumer's pops of each class folded into the word (or being
+    /// folded): a producer claims pops here first (a CAS, never past the
+    /// consumer's count), then takes them off the word.
+    folded: [AtomicU64; 3],
     /// The tail of each class ring, indexed by `Priority::index`.
     tails: [AtomicUsize; 3],
 }
@@ -42,7 +61,7 @@ struct Hot {
 /// Items of every class in an occupancy word.
 #[inline]
 fn total(occupancy: u64) -> usize {
-    (occupancy >> TOTAL_SHIFT) as usize
+    ((occupancy >> TOTAL_SHIFT) & CLASS_MASK) as usize
 }
 
 /// Where the count of class `class` (an index, `Routine` or `Critical`) is
@@ -70,20 +89,75 @@ fn one(class: usize) -> u64 {
     (1 << TOTAL_SHIFT) | own
 }
 
-/// What `pop_lower` found.
-enum Lower<T> {
-    /// It claimed and took the class's next item.
-    Took(T),
-    /// The class has nothing to take now: its next item is still being
-    /// written, or displacing producers claimed every item counted.
-    Absent,
-    /// A higher class has a written item to take first: look again from
-    /// the top.
-    Higher,
+/// The consumer's pops of each class (indexed by `Priority::index`), read
+/// from its lines.
+type Popped = [u64; 3];
+
+/// Pops of a class not yet claimed for folding: the consumer's count less
+/// the folded one, or 0 if the folded count read is ahead of the pops read
+/// (read earlier).
+#[inline]
+fn unfolded(popped: u64, folded: u64) -> u64 {
+    let n = popped.wrapping_sub(folded);
+    if (n as i64) > 0 {
+        n
+    } else {
+        0
+    }
 }
 
-/// What the full path of a push did: decided, or handed the item back with
-/// the occupancy word it found instead of the one it was given.
+/// The queue's count of each class (indexed by `Priority::index`): the
+/// occupancy word's less the pops not folded yet. Signed: a displacer's
+/// claim on an item that the consumer popped before the displacer folded
+/// that pop shows as one below the class's items until it does.
+#[derive(Clone, Copy)]
+struct Counts([i64; 3]);
+
+impl Counts {
+    /// As a `FallbackDepth`: each count at least 0, and the sum cut to
+    /// `capacity` from the lowest class up (a read while the consumer
+    /// popped or a producer folded may count an item twice).
+    fn depth(self, capacity: usize) -> FallbackDepth {
+        let mut counts = self.0.map(|c| c.clamp(0, MAX_CAPACITY as i64) as usize);
+        let mut excess = counts.iter().sum::<usize>().saturating_sub(capacity);
+        for count in counts.iter_mut() {
+            let cut = excess.min(*count);
+            *count -= cut;
+            excess -= cut;
+        }
+        let [idle, routine, critical] = counts;
+        FallbackDepth {
+            idle,
+            routine,
+            critical,
+        }
+    }
+}
+
+/// What a claim of one item of a lower class (a displacement) came to.
+enum Claimed<T> {
+    /// The class's oldest item, taken out of its ring.
+    Item(T),
+    /// One of the class's pops not yet folded: the consumer took the item
+    /// meanwhile, which made the room.
+    Pop,
+}
+
+/// What `pop_lower` found.
+enum Lower<T> {
+    /// It took the class's next item.
+    Took(T),
+    /// The class has nothing to take now: its next item is still being
+    /// written, or there is none.
+    Absent,
+    /// Look again from the top: a higher class has a written item to take
+    /// first, or a displacing producer took the class's next item first.
+    Again,
+}
+
+/// What the full path of a push did: decided, or handed the item back to
+/// `push_from` with the occupancy word it found (room was made, or another
+/// thread moved first).
 enum FullStep<T> {
     Done(Result<Pushed<T>, Full<T>>),
     Again(T, u64),
@@ -135,6 +209,7 @@ impl<T> Inner<T> {
         Ok(Inner {
             hot: CachePadded::new(Hot {
                 occupancy: AtomicU64::new(0),
+                folded: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
                 tails: [
                     AtomicUsize::new(start),
                     AtomicUsize::new(start),
@@ -157,13 +232,14 @@ impl<T> Inner<T> {
     }
 
     /// `push`, given `cur`, a read of the occupancy word (perhaps stale: the
-    /// CAS hands back the current one). Admission is this loop; a full
-    /// queue goes to `full`, out of line, which decides or sends the item
-    /// back here with a newer word.
+    /// CAS hands back the current one). Admission is this loop; a word that
+    /// says full goes to `full`, out of line, which folds the consumer's
+    /// pops in, or decides, or sends the item back here with a newer word.
     #[inline]
     fn push_from(&self, mut cur: u64, mut item: T, class: Priority) -> Result<Pushed<T>, Full<T>> {
         let c = class.index();
         let occupancy = &self.hot.occupancy;
+        let mut backoff = 0;
         loop {
             if total(cur) < self.capacity {
                 match occupancy.compare_exchange_weak(cur, cur + one(c), Ordering::AcqRel, Ordering::Acquire) {
@@ -175,64 +251,222 @@ impl<T> Inner<T> {
                 }
                 continue;
             }
-            match self.full(cur, item, class) {
+            match self.full(item, class, &mut backoff) {
                 FullStep::Done(result) => return result,
                 FullStep::Again(back, actual) => (item, cur) = (back, actual),
             }
         }
     }
 
-    /// The slow path of `push`: the occupancy word `cur` says full. Displace
-    /// the oldest item of the lowest class present below `class`, or hand
-    /// the item back if every item in the queue is of `class` or above; if
-    /// the word changed meanwhile, give the item back to `push_from` with
-    /// the current word (room may have been made).
+    /// The slow path of `push`: the occupancy word says full.
+    ///
+    /// First, room the consumer made: if it has popped items whose pops
+    /// are not folded into the word, fold them in, with this item in the
+    /// same CAS. Otherwise the word, read with no fold under way and with
+    /// every pop folded that is not owed to a displacer, holds the queue's
+    /// exact counts: displace the oldest item of the lowest class present
+    /// below `class` (claimed in the word first, then taken), or hand the
+    /// item back if every item counted is of `class` or above.
+    ///
+    /// The folded counts are read before the word and the consumer's pops
+    /// after it. Both only grow, and no count is folded before its pop, so
+    /// for each class the pops read less the folded read are at least its
+    /// pops not folded at the word's read: none read means none there.
+    /// (One collect, not two equal ones: fewer loads on this path, which
+    /// is what loom's models explore.)
     #[cold]
     #[inline(never)]
-    fn full(&self, cur: u64, item: T, class: Priority) -> FullStep<T> {
+    fn full(&self, item: T, class: Priority, backoff: &mut u32) -> FullStep<T> {
         let c = class.index();
+        let folded = self.folded();
+        let cur = self.hot.occupancy.load(Ordering::Acquire);
+        if total(cur) < self.capacity {
+            return FullStep::Again(item, cur); // room was made
+        }
+        if cur & FOLDING != 0 {
+            // Another producer is folding: its pops may be the room.
+            crate::sync::spin(backoff);
+            return FullStep::Again(item, self.hot.occupancy.load(Ordering::Acquire));
+        }
+        // Only the classes the word counts: pops of a class beyond those
+        // the word still counts of it are owed to displacers waiting in
+        // `take_claimed` (their claims took the count below the pops not
+        // folded), not room.
+        let unfolded_pops =
+            |h: usize| count(cur, h) > 0 && unfolded(self.rings[h].end.popped.load(Ordering::Acquire), folded[h]) > 0;
+        if (0..3).any(unfolded_pops) {
+            return self.fold(cur, item, c, backoff);
+        }
         let Some(lower) = (0..c).find(|&j| count(cur, j) > 0) else {
-            // Full, and at this instant every item counted is of this class
+            // Full, and at that instant every item counted is of this class
             // or a higher one.
             self.rings[c].slow.handed_back.fetch_add(1, Ordering::Relaxed);
             return FullStep::Done(Err(Full(item)));
         };
         // One item of class `lower` gives way to this one: claimed in the
-        // word first, then taken out of its ring (the oldest), so no other
-        // remover can count on it.
+        // word first, then taken out of its ring (the oldest) or, if the
+        // consumer popped it meanwhile, that pop folded in.
         let displaced = cur - one(lower) + one(c);
-        match self
+        if let Err(actual) = self
             .hot
             .occupancy
-            .compare_exchange_weak(cur, displaced, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(cur, displaced, Ordering::AcqRel, Ordering::Acquire)
         {
-            Ok(_) => {
-                let ring = &self.rings[lower];
-                let old = ring.take_claimed();
-                ring.slow.displaced.fetch_add(1, Ordering::Relaxed);
-                self.rings[c].insert(&self.hot.tails[c], item);
-                FullStep::Done(Ok(Pushed::Displaced(old, Priority::from_index(lower))))
+            crate::sync::spin(backoff);
+            return FullStep::Again(item, actual);
+        }
+        let result = match self.take_claimed(lower) {
+            Claimed::Item(old) => {
+                self.rings[lower].slow.displaced.fetch_add(1, Ordering::Relaxed);
+                Pushed::Displaced(old, Priority::from_index(lower))
             }
-            Err(actual) => FullStep::Again(item, actual),
+            Claimed::Pop => Pushed::Queued,
+        };
+        self.rings[c].insert(&self.hot.tails[c], item);
+        FullStep::Done(Ok(result))
+    }
+
+    /// Folds the consumer's pops of one class into the occupancy word `cur`
+    /// (full, not folding), with the item of class `c` admitted in the same
+    /// CAS.
+    ///
+    /// Sets `FOLDING` first: while it is set no displacer claims an item
+    /// in the word and no other producer folds, so no count of the word
+    /// falls. Then claims the pops of a class not yet folded, as many as
+    /// the word counts of that class (the rest are owed to displacers that
+    /// claimed before the flag), by a CAS on `folded` (displacers waiting
+    /// for pops move it too), and takes them off the word, admits the
+    /// item and clears the flag in one CAS. Each pop is folded once, and a
+    /// word read without the flag holds no pop claimed but not taken off.
+    fn fold(&self, cur: u64, item: T, c: usize, backoff: &mut u32) -> FullStep<T> {
+        let occupancy = &self.hot.occupancy;
+        if let Err(actual) = occupancy.compare_exchange(cur, cur | FOLDING, Ordering::AcqRel, Ordering::Acquire) {
+            return FullStep::Again(item, actual);
+        }
+        let mut cur = cur | FOLDING;
+        let (h, k) = loop {
+            // Folded count first, pops second (so the pops read are at least
+            // the folded count read), and only of the classes the word counts.
+            let claim = (0..3).filter(|&h| count(cur, h) > 0).find_map(|h| {
+                let f = self.hot.folded[h].load(Ordering::Acquire);
+                let p = self.rings[h].end.popped.load(Ordering::Acquire);
+                let k = unfolded(p, f).min(count(cur, h) as u64);
+                (k > 0).then_some((h, f, k))
+            });
+            let Some((h, f, k)) = claim else {
+                break (0, 0); // displacers took every pop since: nothing to fold
+            };
+            if self.hot.folded[h]
+                .compare_exchange(f, f + k, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break (h, k);
+            }
+            // A displacer took one of the pops: read again.
+            cur = occupancy.load(Ordering::Acquire);
+        };
+        // No count fell since `cur` (admissions only raise them), so the
+        // class still counts the `k` pops; the total falls by `k - 1`, or
+        // rises by one if there was nothing to fold and there is room now.
+        loop {
+            let room = k > 0 || total(cur) < self.capacity;
+            let new = if room {
+                (cur & !FOLDING) - k * one(h) + one(c)
+            } else {
+                cur & !FOLDING
+            };
+            match occupancy.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) if room => {
+                    self.rings[c].insert(&self.hot.tails[c], item);
+                    return FullStep::Done(Ok(Pushed::Queued));
+                }
+                Ok(_) => {
+                    crate::sync::spin(backoff);
+                    return FullStep::Again(item, new);
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// For a displacer that has claimed one item of class `lower` in the
+    /// occupancy word: the class's oldest item, or, if the consumer popped
+    /// it since, one of its unfolded pops (claimed in `folded`). One of the
+    /// two exists: each count of the word is the class's items plus its
+    /// unfolded pops, less the claims not yet met. Waits while the item is
+    /// in transit (its producer between admission and writing it) or
+    /// another remover got there first.
+    #[cold]
+    #[inline(never)]
+    fn take_claimed(&self, lower: usize) -> Claimed<T> {
+        let ring = &self.rings[lower];
+        let folded = &self.hot.folded[lower];
+        let mut backoff = 0;
+        loop {
+            let head = ring.end.head.load(Ordering::Acquire);
+            if ring.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1) {
+                if let Some(item) = ring.take_at(head) {
+                    return Claimed::Item(item);
+                }
+                continue;
+            }
+            let f = folded.load(Ordering::Acquire);
+            let p = ring.end.popped.load(Ordering::Acquire);
+            if unfolded(p, f) > 0 {
+                if folded
+                    .compare_exchange(f, f + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Claimed::Pop;
+                }
+                continue;
+            }
+            crate::sync::spin(&mut backoff);
+        }
+    }
+
+    /// The consumer's pops of each class.
+    #[inline]
+    fn popped(&self) -> Popped {
+        // Acquire: pairs with `count_pop`'s Release.
+        core::array::from_fn(|c| self.rings[c].end.popped.load(Ordering::Acquire))
+    }
+
+    /// The pops of each class claimed for folding.
+    #[inline]
+    fn folded(&self) -> Popped {
+        core::array::from_fn(|c| self.hot.folded[c].load(Ordering::Acquire))
+    }
+
+    /// One read of the counts: each class's count in the occupancy word
+    /// less its pops not yet folded. `Ok` if the consumer's pops and the
+    /// folded ones read before the word are those read after it (so the
+    /// counts are those of the instant the word was read, an operation in
+    /// progress counted or not), `Err` with the counts otherwise.
+    fn read_once(&self) -> Result<Counts, Counts> {
+        let (popped, folded) = (self.popped(), self.folded());
+        let occupancy = self.hot.occupancy.load(Ordering::Acquire);
+        let counts = Counts(core::array::from_fn(|c| {
+            count(occupancy, c) as i64 - unfolded(popped[c], folded[c]) as i64
+        }));
+        if occupancy & FOLDING == 0 && self.folded() == folded && self.popped() == popped {
+            Ok(counts)
+        } else {
+            Err(counts)
         }
     }
 
     /// Consumer only (the caller is the single consumer). Takes the highest
-    /// class whose next item is written and still counted (a displacing
-    /// producer may have claimed it): claims one item of the class in the
-    /// occupancy word, then takes it out.
+    /// class whose next item is written, and counts the pop on the
+    /// consumer's own line; it never writes the line producers write.
     ///
-    /// It looks at the rings' heads first, highest class first, and reads
-    /// the occupancy word only for a class whose next item is written: an
-    /// empty queue, or one whose items are all still being written, is
-    /// answered from the head slots alone, lines that only the consumer and
-    /// the producers of that class write. So a consumer waiting on a queue
-    /// that its producers keep nearly empty does not pull the occupancy
-    /// word (the line every push writes) to its core at each look, only at
-    /// each claim. An item whose head is not written yet is treated as if
-    /// its push came after this pop, unless the pop finds it written later
-    /// on: after a lower class's head (`Lower::Higher`), or on the second
-    /// look that comes before an answer of `None` (`look_again`).
+    /// It looks at the rings' heads, highest class first, and takes the
+    /// first written one (a CAS on the head for `Routine` and `Idle`, which
+    /// displacing producers also remove from). An item whose head is not
+    /// written yet is treated as if its push came after this pop, unless
+    /// the pop finds it written later on: after a lower class's head
+    /// (`Lower::Again`), or on the second look that comes before an answer
+    /// of `None` (`look_again`).
     #[inline]
     pub(super) fn pop(&self) -> Option<(T, Priority)> {
         match self.look() {
@@ -251,141 +485,126 @@ impl<T> Inner<T> {
         self.look()
     }
 
-    /// One look at the heads, highest class first: the first written item
-    /// that is still counted, or `None`.
+    /// One look at the heads, highest class first: the first written item,
+    /// or `None`.
     #[inline(always)]
     fn look(&self) -> Option<(T, Priority)> {
         loop {
             // `Critical`: only this thread removes from its ring, so a
-            // written head is counted in the word (admitted, and claimed by
-            // nobody), and this thread's to take once it is claimed there.
+            // written head is this thread's to take.
             let c = Priority::Critical.index();
-            if self.rings[c].head_ready() {
-                self.claim_one(c);
-                let item = self.rings[c]
-                    .pop_unshared()
-                    .expect("the Critical head was written and only the consumer takes it");
+            if let Some(item) = self.rings[c].pop_unshared() {
+                self.rings[c].count_pop();
                 return Some((item, Priority::Critical));
             }
             match self.pop_lower(Priority::Routine) {
                 Lower::Took(item) => return Some((item, Priority::Routine)),
-                Lower::Higher => continue,
+                Lower::Again => continue,
                 Lower::Absent => {}
             }
             return match self.pop_lower(Priority::Idle) {
                 Lower::Took(item) => Some((item, Priority::Idle)),
-                Lower::Higher => continue,
+                Lower::Again => continue,
                 Lower::Absent => None,
             };
         }
     }
 
     /// `pop` for a class that displacing producers also remove from
-    /// (`Routine`, `Idle`): if its next item is written, claims one item of
-    /// the class in the occupancy word (a CAS: displacing producers may have
-    /// claimed every item counted, that one included) and takes the oldest.
-    /// Kept apart so that each call is compiled for its constant class.
+    /// (`Routine`, `Idle`): if its next item is written and no higher class
+    /// has one written by now, takes it (a CAS on the head: a displacing
+    /// producer may take it first). Kept apart so that each call is
+    /// compiled for its constant class.
     #[inline(always)]
     fn pop_lower(&self, class: Priority) -> Lower<T> {
         let c = class.index();
         let ring = &self.rings[c];
-        let mut head = ring.head.load(Ordering::Acquire);
+        let mut head = ring.end.head.load(Ordering::Acquire);
         while ring.slot(head).seq.load(Ordering::Acquire) != head.wrapping_add(1) {
             // Not written: the class is empty or its next item in transit,
-            // unless a displacer took the item at `head` meanwhile. Then
-            // the head has moved on and the next item may be written: two
-            // displacers taking the head under each of a pop's two looks
-            // would otherwise have it answer `None` while an item pushed
-            // before it began is queued.
-            let now = ring.head.load(Ordering::Acquire);
+            // unless a displacer took the item at `head` meanwhile (then
+            // the head has moved on, and the next item may be written).
+            let now = ring.end.head.load(Ordering::Acquire);
             if now == head {
                 return Lower::Absent;
             }
             head = now;
         }
-        let occupancy = &self.hot.occupancy;
-        let mut cur = occupancy.load(Ordering::Acquire);
-        loop {
-            if self.higher_ready(c, cur) {
-                return Lower::Higher;
+        if self.higher_ready(c) {
+            return Lower::Again;
+        }
+        match ring.take_at(head) {
+            Some(item) => {
+                ring.count_pop();
+                Lower::Took(item)
             }
-            if count(cur, c) == 0 {
-                return Lower::Absent; // displacing producers claimed every item of it
-            }
-            match occupancy.compare_exchange_weak(cur, cur - one(c), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    return Lower::Took(match ring.take_at(head) {
-                        Some(item) => item,
-                        // A displacing producer took that one first: the
-                        // next item of the class is ours.
-                        None => ring.take_claimed(),
-                    });
-                }
-                Err(actual) => cur = actual,
-            }
+            None => Lower::Again,
         }
     }
 
-    /// Whether a class above `c` has an item counted in `cur` and written
-    /// at its head. `pop` looked at those heads before `c`'s, and may have
-    /// found one still being written; the acquire loads since (`c`'s head
-    /// written, the word `cur`) may have made that item's write visible,
-    /// or that of an item pushed before `c`'s (a push that returned before
-    /// `c`'s began): then the pop must take it, not `c`'s.
+    /// Whether a class above `c` has an item written at its head. `pop`
+    /// looked at those heads before `c`'s, and may have found one still
+    /// being written; the acquire load since (`c`'s head written) may have
+    /// made that item's write visible, or that of an item pushed before
+    /// `c`'s (a push that returned before `c`'s began): then the pop must
+    /// take it, not `c`'s.
     #[inline(always)]
-    fn higher_ready(&self, c: usize, cur: u64) -> bool {
-        let ready = |h: usize| count(cur, h) > 0 && self.rings[h].head_ready();
-        ready(Priority::Critical.index()) || (c < Priority::Routine.index() && ready(Priority::Routine.index()))
+    fn higher_ready(&self, c: usize) -> bool {
+        self.rings[Priority::Critical.index()].head_ready()
+            || (c < Priority::Routine.index() && self.rings[Priority::Routine.index()].head_ready())
     }
 
-    /// Claims one item of class `c` in the occupancy word; the caller knows
-    /// one is counted that nobody else can claim (a written `Critical` head:
-    /// only the consumer removes `Critical` items).
-    fn claim_one(&self, c: usize) {
-        self.hot.occupancy.fetch_sub(one(c), Ordering::AcqRel);
+    /// The queue's count of each class, for the metrics: exact unless the
+    /// consumer popped, or a producer folded or was folding, during each
+    /// of `READ_ATTEMPTS` reads (each retry after a short spin, which lets
+    /// a folding producer finish), then the last read, cut to 0 and the
+    /// capacity. A fold's claimed pops are still in the word until its
+    /// CAS, so that read may count them as items of their class.
+    fn depth(&self) -> FallbackDepth {
+        let mut last = Counts([0; 3]);
+        let mut backoff = 0;
+        for _ in 0..READ_ATTEMPTS {
+            match self.read_once() {
+                Ok(counts) => return counts.depth(self.capacity),
+                Err(counts) => last = counts,
+            }
+            crate::sync::spin(&mut backoff);
+        }
+        last.depth(self.capacity)
     }
 
     pub(super) fn len(&self) -> usize {
-        total(self.hot.occupancy.load(Ordering::Acquire))
+        self.depth().total()
     }
 
     pub(super) fn fallback_depth(&self) -> FallbackDepth {
-        let o = self.hot.occupancy.load(Ordering::Acquire);
-        FallbackDepth {
-            idle: count(o, 0),
-            routine: count(o, 1),
-            critical: count(o, 2),
-        }
+        self.depth()
     }
 
-    /// The counters of one class; `occupancy` is the word read once for all
-    /// three classes, so that their depths are those of one instant.
-    fn class_stats(&self, class: Priority, occupancy: u64) -> ClassStats {
+    fn class_stats(&self, class: Priority, depth: usize) -> ClassStats {
         let ring = &self.rings[class.index()];
-        // Read `displaced` before `head` and `head` before `tail`, so that
-        // `removed >= displaced` and `queued >= removed`.
         let displaced = ring.slow.displaced.load(Ordering::Acquire) as u64;
         let handed_back = ring.slow.handed_back.load(Ordering::Acquire) as u64;
-        let removed = ring.head.load(Ordering::Acquire).wrapping_sub(self.start) as u64;
+        let popped = ring.end.popped.load(Ordering::Acquire);
         let queued = self.hot.tails[class.index()]
             .load(Ordering::Acquire)
             .wrapping_sub(self.start) as u64;
         ClassStats {
             pushed: queued + handed_back,
             queued,
-            popped: removed.saturating_sub(displaced),
+            popped,
             displaced,
             handed_back,
-            depth: count(occupancy, class.index()) as u64,
+            depth: depth as u64,
         }
     }
 
     pub(super) fn stats(&self) -> Stats {
-        let occupancy = self.hot.occupancy.load(Ordering::Acquire);
+        let depth = self.depth();
         Stats {
-            idle: self.class_stats(Priority::Idle, occupancy),
-            routine: self.class_stats(Priority::Routine, occupancy),
-            critical: self.class_stats(Priority::Critical, occupancy),
+            idle: self.class_stats(Priority::Idle, depth.idle),
+            routine: self.class_stats(Priority::Routine, depth.routine),
+            critical: self.class_stats(Priority::Critical, depth.critical),
         }
     }
 }
@@ -446,21 +665,23 @@ mod tests {
         }
     }
 
-    /// The full path of a push given a stale word (the queue looked full
-    /// to its caller, and room was made since): the CAS on the stale word
-    /// fails, the fresh word has room, and the item is queued, not
-    /// displacing anything nor handed back; the counts stay exact.
+    /// A push that finds the word full because of pops not folded yet
+    /// folds them in and queues its item: nothing displaced, nothing
+    /// handed back, the counts exact before and after.
     #[test]
-    fn a_push_that_found_the_queue_full_takes_room_made_since() {
+    fn a_push_that_finds_the_word_full_of_popped_items_folds_the_pops() {
         let inner = Inner::<u32>::new(2, 0).unwrap();
         assert!(inner.push(1, Priority::Idle).is_ok());
         assert!(inner.push(2, Priority::Idle).is_ok());
-        let full = inner.hot.occupancy.load(Ordering::Acquire);
         assert_eq!(inner.pop(), Some((1, Priority::Idle)));
-        assert!(matches!(
-            inner.push_from(full, 3, Priority::Routine),
-            Ok(Pushed::Queued)
-        ));
+        assert_eq!(
+            total(inner.hot.occupancy.load(Ordering::Relaxed)),
+            2,
+            "the pop is not folded yet"
+        );
+        assert_eq!(inner.len(), 1, "but the counts are exact");
+        assert!(matches!(inner.push(3, Priority::Routine), Ok(Pushed::Queued)));
+        assert_eq!(inner.folded(), [1, 0, 0]);
         let d = inner.fallback_depth();
         assert_eq!(
             (inner.len(), d.class(Priority::Idle), d.class(Priority::Routine)),
@@ -469,5 +690,64 @@ mod tests {
         assert_eq!(inner.pop(), Some((3, Priority::Routine)));
         assert_eq!(inner.pop(), Some((2, Priority::Idle)));
         assert_eq!(inner.pop(), None);
+    }
+
+    /// A pop never writes the producers' line: a consumer that pops leaves
+    /// the occupancy word and the folded counts as they were.
+    #[test]
+    fn a_pop_writes_only_the_consumers_lines() {
+        let inner = Inner::<u32>::new(4, 0).unwrap();
+        for (i, class) in Priority::ALL.into_iter().enumerate() {
+            assert!(inner.push(i as u32, class).is_ok());
+        }
+        let word = inner.hot.occupancy.load(Ordering::Relaxed);
+        while inner.pop().is_some() {}
+        assert_eq!(inner.hot.occupancy.load(Ordering::Relaxed), word);
+        assert_eq!(inner.folded(), [0, 0, 0]);
+        assert_eq!(inner.popped(), [1, 1, 1]);
+        assert_eq!(inner.len(), 0);
+    }
+
+    /// Pushes and pops in turn, many laps of the capacity: the word fills
+    /// with pops not folded, then a push folds all of them at once, so the
+    /// full path runs once per `capacity` pushes, not at every push; every
+    /// push queues.
+    #[test]
+    fn pops_are_folded_in_bulk_once_per_lap() {
+        let cap = 64;
+        let inner = Inner::<u32>::new(cap, 0).unwrap();
+        let mut folds = 0;
+        let mut last = [0u64; 3];
+        for i in 0..(100 * cap as u32) {
+            assert!(matches!(inner.push(i, Priority::Routine), Ok(Pushed::Queued)));
+            assert_eq!(inner.pop(), Some((i, Priority::Routine)));
+            let now = inner.folded();
+            if now != last {
+                folds += 1;
+                // Everything popped so far but the last item was folded.
+                assert_eq!(now[1], u64::from(i), "after push {i}");
+                last = now;
+            }
+        }
+        assert!((99..=100).contains(&folds), "{folds} folds in 100 laps");
+        assert_eq!(inner.len(), 0);
+    }
+
+    /// Counts below 0 (a displacer's claim met by a pop it has not folded
+    /// yet) read as 0; counts over the capacity (a read while the consumer
+    /// popped) are cut from the lowest class up; counts within it are
+    /// left alone.
+    #[test]
+    fn counts_are_read_as_0_to_the_capacity() {
+        let depth = |c: [i64; 3], cap| {
+            let d = Counts(c).depth(cap);
+            [d.idle, d.routine, d.critical]
+        };
+        assert_eq!(depth([1, 2, 3], 6), [1, 2, 3]);
+        assert_eq!(depth([1, 2, 3], 5), [0, 2, 3]);
+        assert_eq!(depth([1, 2, 3], 4), [0, 1, 3]);
+        assert_eq!(depth([4, 0, 7], 5), [0, 0, 5]);
+        assert_eq!(depth([-1, 1, 1], 3), [0, 1, 1]);
+        assert_eq!(depth([i64::MIN, i64::MAX, 0], 3), [0, 3, 0]);
     }
 }

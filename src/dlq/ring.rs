@@ -8,7 +8,7 @@ use core::mem::MaybeUninit;
 use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 
 /// One slot of a class ring.
 pub(super) struct Slot<T> {
@@ -20,11 +20,24 @@ pub(super) struct Slot<T> {
     pub(super) value: UnsafeCell<MaybeUninit<T>>,
 }
 
+/// The removing end of a ring, on a line of its own: both fields are
+/// written by the consumer at each pop of the class, and by no producer
+/// except a displacing one (`head`).
+pub(super) struct End {
+    /// The position of the ring's oldest item: advanced by whoever removes
+    /// it (the consumer, or a displacing producer).
+    pub(super) head: AtomicUsize,
+    /// How many items of the class the consumer has popped, ever: written
+    /// by the consumer alone (a plain store), after the item is out of its
+    /// slot. Producers fold these into the occupancy word (`queue.rs`).
+    pub(super) popped: AtomicU64,
+}
+
 /// A bounded FIFO of one class: producers add at the class's tail (kept in
-/// [`Hot`], `fetch_add`; the admission guarantees room), the consumer and
-/// displacing producers remove at `head` (CAS).
+/// the queue's producer line, `fetch_add`; the admission guarantees room),
+/// the consumer and displacing producers remove at `end.head` (CAS).
 pub(super) struct Ring<T> {
-    pub(super) head: CachePadded<AtomicUsize>,
+    pub(super) end: CachePadded<End>,
     /// Slow-path counters of this class.
     pub(super) slow: CachePadded<SlowCounters>,
     /// `slots.len() - 1`; `slots.len()` is a power of two.
@@ -56,7 +69,10 @@ impl<T> Ring<T> {
             });
         }
         Ok(Ring {
-            head: CachePadded::new(AtomicUsize::new(start)),
+            end: CachePadded::new(End {
+                head: AtomicUsize::new(start),
+                popped: AtomicU64::new(0),
+            }),
             slow: CachePadded::new(SlowCounters {
                 displaced: AtomicUsize::new(0),
                 handed_back: AtomicUsize::new(0),
@@ -75,11 +91,13 @@ impl<T> Ring<T> {
 
     /// Adds `item` at the tail.
     ///
-    /// The caller must hold room for one item: either an admission (the
-    /// logical length was raised by one) or a displacement (it removed one
-    /// item from a ring first). Then fewer than `slots.len()` items of this
-    /// ring are claimed-but-not-removed, so the previous occupant of the slot
-    /// has been claimed by a remover and at most has to finish reading.
+    /// The caller's item must be counted in the queue's occupancy word (an
+    /// admission, or a displacement claimed there). Every item at a
+    /// position from the head up to this one is then counted in the word,
+    /// or claimed there by a displacer whose own item is counted: at most
+    /// the capacity in all, which is at most `slots.len()`. So the slot's
+    /// previous occupant, `slots.len()` positions back, is behind the
+    /// head: taken by a remover, which at most has to finish reading it.
     #[inline]
     pub(super) fn insert(&self, tail: &AtomicUsize, item: T) {
         let pos = tail.fetch_add(1, Ordering::AcqRel);
@@ -101,35 +119,12 @@ impl<T> Ring<T> {
         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
     }
 
-    /// Removes the item at the head for a remover that has already claimed
-    /// one item of this class in the occupancy word: the item exists (its
-    /// producer was admitted), so wait while it is in transit (its producer
-    /// between admission and writing it), or while another remover's view
-    /// of the head is ahead of this one's. Off the pop's path (a race with
-    /// a displacing producer, or a displacement), so kept out of line.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn take_claimed(&self) -> T {
-        let mut backoff = 0;
-        loop {
-            let head = self.head.load(Ordering::Acquire);
-            // Acquire: pairs with the producer's Release store of `seq`.
-            if self.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1) {
-                if let Some(item) = self.take_at(head) {
-                    return item;
-                }
-                // Another remover took `head` first: look again at once.
-                continue;
-            }
-            crate::sync::spin(&mut backoff);
-        }
-    }
-
     /// Takes the item at position `head`, which the caller saw written, if
     /// `head` is still the head (no other remover took it meanwhile).
     #[inline]
     pub(super) fn take_at(&self, head: usize) -> Option<T> {
-        self.head
+        self.end
+            .head
             .compare_exchange(head, head.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
             .ok()?;
         let slot = self.slot(head);
@@ -148,7 +143,7 @@ impl<T> Ring<T> {
     /// only commits to a class whose next item is already written).
     #[inline]
     pub(super) fn head_ready(&self) -> bool {
-        let head = self.head.load(Ordering::Acquire);
+        let head = self.end.head.load(Ordering::Acquire);
         self.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1)
     }
 
@@ -157,7 +152,7 @@ impl<T> Ring<T> {
     /// single writer, so it is claimed by a plain store, not an RMW.
     #[inline]
     pub(super) fn pop_unshared(&self) -> Option<T> {
-        let head = self.head.load(Ordering::Relaxed);
+        let head = self.end.head.load(Ordering::Relaxed);
         let slot = self.slot(head);
         if slot.seq.load(Ordering::Acquire) != head.wrapping_add(1) {
             return None;
@@ -172,13 +167,24 @@ impl<T> Ring<T> {
             unsafe { p.read().assume_init() }
         });
         slot.seq.store(head.wrapping_add(self.slots.len()), Ordering::Release);
-        self.head.store(head.wrapping_add(1), Ordering::Release);
+        self.end.head.store(head.wrapping_add(1), Ordering::Release);
         Some(item)
+    }
+
+    /// Counts one more pop of this class: the consumer's only write that
+    /// producers read (`queue.rs`'s snapshot), on its own line. Only the
+    /// consumer writes `popped`, so a load and a store suffice; `Release`,
+    /// so that a producer that reads the new count also sees the slot
+    /// freed.
+    #[inline]
+    pub(super) fn count_pop(&self) {
+        let popped = &self.end.popped;
+        popped.store(popped.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
     }
 
     /// With exclusive access: takes the next remaining item out.
     pub(super) fn take_exclusive(&mut self) -> Option<T> {
-        let head = self.head.load(Ordering::Relaxed);
+        let head = self.end.head.load(Ordering::Relaxed);
         let slot = self.slot(head);
         if slot.seq.load(Ordering::Relaxed) != head.wrapping_add(1) {
             return None;
@@ -191,7 +197,7 @@ impl<T> Ring<T> {
             unsafe { p.read().assume_init() }
         });
         slot.seq.store(head.wrapping_add(self.slots.len()), Ordering::Relaxed);
-        self.head.store(head.wrapping_add(1), Ordering::Relaxed);
+        self.end.head.store(head.wrapping_add(1), Ordering::Relaxed);
         Some(item)
     }
 
