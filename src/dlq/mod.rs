@@ -68,10 +68,10 @@
 //! # Design
 //!
 //! One bounded ring per class (`ring.rs`, which holds all of the queue's
-//! `unsafe`), one *occupancy word* that only producers write, and one
-//! count of pops per class that only the consumer writes (`queue.rs`).
-//! The consumer never writes the producers' line, and a producer reads the
-//! consumer's lines only when the word says the queue is full.
+//! `unsafe`), and one *occupancy word* that only producers write
+//! (`queue.rs`). The consumer never writes the producers' line: a pop
+//! moves its class's head and nothing else, and a producer reads the
+//! heads only when the word says the queue is full.
 //!
 //! - **The occupancy word** (one `AtomicU64`, on the producers' line): the
 //!   items of class `Critical`, of class `Routine` and of every class, 21
@@ -82,22 +82,24 @@
 //!   word never holds more than the capacity, so a CAS that succeeds on a
 //!   word read earlier finds the room it read, however many operations
 //!   went by in between.
-//! - **The consumer's pops** (one counter per class, beside that ring's
-//!   head, on the consumer's line): a plain store after each pop. A popped
-//!   item stays counted in the word until a producer *folds* its pop in.
-//!   So the word is the queue's counts plus the pops not folded yet.
+//! - **The consumer's pops**: a popped item stays counted in the word
+//!   until a producer *folds* its pop in. So the word is the queue's
+//!   counts plus the pops not folded yet. Producers keep, per class, the
+//!   removals they have *accounted* for (on their line): the pops folded
+//!   in, and one per displacement. A ring's removals (its head's distance
+//!   from the start) less those are its pops not folded yet.
 //! - **Folding**: a producer that finds the word full reads the
-//!   consumer's counts; if some pops are not folded, it sets the word's
-//!   top bit (a fold is under way: admissions go on, displacements and
-//!   other folds wait), claims the pops (a CAS on the folded count of their
-//!   class, on the producers' line), and in one CAS takes them off the
-//!   word, admits its own item and clears the bit. So the full path runs
-//!   about once per `capacity` pushes on a queue its consumer keeps empty,
-//!   and each pop is folded once. If no fold is under way and every pop
-//!   is folded (read before and after the word), the word holds the
-//!   queue's exact counts: a `Critical` push sees exactly whether every
-//!   item is `Critical`, an item in transit included, and a displacement
-//!   sees exactly the lowest class present.
+//!   accounted removals, the word, then the heads; if some pops are not
+//!   folded, it sets the word's top bit (a fold is under way: admissions
+//!   go on, displacements and other folds wait), claims the pops (a CAS on
+//!   the accounted removals of their class), and in one CAS takes them off
+//!   the word, admits its own item and clears the bit. So the full path
+//!   runs about once per `capacity` pushes on a queue its consumer keeps
+//!   empty, and each pop is folded once. If no fold is under way and every
+//!   pop is folded, the word holds the queue's exact counts: a `Critical`
+//!   push sees exactly whether every item is `Critical`, an item in
+//!   transit included, and a displacement sees exactly the lowest class
+//!   present.
 //! - **The rings**: Vyukov-style arrays of slots with a per-slot sequence
 //!   number (`seq`). Positions (`head`, `tail`, and the `seq` of each slot)
 //!   are `usize` counters that wrap; a position maps to slot `pos & mask`.
@@ -114,11 +116,13 @@
 //!   a position has its item. Nobody displaces a `Critical` item, so the
 //!   `Critical` head has one writer, the consumer. Tails are claimed by
 //!   `fetch_add` (admission already made the room). A displacer claims one
-//!   item of the lower class in the word first, then takes the oldest item
-//!   of that ring; if the consumer popped it meanwhile, it folds that pop
-//!   instead (the room is the consumer's; its own item is queued, nothing
+//!   item of the lower class in the word first, accounts for one removal,
+//!   then takes the oldest item of that ring; if the consumer popped it
+//!   meanwhile, that pop is its room (its own item is queued, nothing
 //!   handed back), and if the item is still in transit (its producer
 //!   admitted but not done writing), it waits for it, a few instructions.
+//!   It never waits for the consumer: a pop counts from the moment the
+//!   consumer moves the head.
 //! - **The consumer's pop** looks at the rings' heads, highest class
 //!   first, and takes the first written one. Before it takes a lower
 //!   class's item it looks again at the classes above: one whose head is
@@ -164,8 +168,8 @@
 //!   them, pops of a class stay in FIFO order, and only the lowest class
 //!   present is ever displaced.
 //! - [`len`](DeadLetterQueue::len), [`fallback_depth`](DeadLetterQueue::fallback_depth)
-//!   and the `depth` of [`stats`](DeadLetterQueue::stats) read the word
-//!   and the pops not folded, and are the counts of one instant (a
+//!   and the `depth` of [`stats`](DeadLetterQueue::stats) read the word,
+//!   the heads and the accounted removals, and are the counts of one instant (a
 //!   displacement in progress counted or not) unless the consumer pops or
 //!   a producer folds during each of eight reads in a row, a short spin
 //!   apart. Then they are the last read, at least 0 and at most the

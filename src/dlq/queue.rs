@@ -42,18 +42,23 @@ struct Hot {
     /// is the rest), each item counted from the moment its push is admitted
     /// (even before it is written) until the moment a displacing producer
     /// claims it or the consumer's pop of it is *folded* in. The consumer
-    /// never writes it: it counts its pops on its own lines
-    /// (`End::popped`), and a producer that finds the word full folds the
-    /// pops not yet folded (`folded`) into it. So each count is the class's
-    /// items plus its pops not folded yet, at most the capacity in all:
+    /// never writes it: a pop moves its class's head (`End::head`), and a
+    /// producer that finds the word full folds the pops not yet accounted
+    /// for (`accounted`) into it. So each count is the class's items plus
+    /// its pops not folded yet, at most the capacity in all:
     /// admission (total below capacity: one more of the class) needs
     /// nothing but this word, and a word read twice means the same room
     /// both times.
     occupancy: AtomicU64,
-    /// The consumer's pops of each class folded into the word (or being
-    /// folded): a producer claims pops here first (a CAS, never past the
-    /// consumer's count), then takes them off the word.
-    folded: [AtomicU64; 3],
+    /// The removals from each class ring that producers have accounted
+    /// for: each displacer's (counted before it takes an item, as the one
+    /// removal it owes, or for a pop of the consumer's it uses instead),
+    /// and the consumer's pops folded into the word (claimed here by a
+    /// CAS, never past the ring's removals, then taken off the word). It
+    /// only grows. A ring's removals (its head's distance from the start)
+    /// less this are the consumer's pops not folded yet; they are fewer,
+    /// even negative, while a displacer owes its take.
+    accounted: [AtomicUsize; 3],
     /// The tail of each class ring, indexed by `Priority::index`.
     tails: [AtomicUsize; 3],
 }
@@ -89,22 +94,9 @@ fn one(class: usize) -> u64 {
     (1 << TOTAL_SHIFT) | own
 }
 
-/// The consumer's pops of each class (indexed by `Priority::index`), read
-/// from its lines.
-type Popped = [u64; 3];
-
-/// Pops of a class not yet claimed for folding: the consumer's count less
-/// the folded one, or 0 if the folded count read is ahead of the pops read
-/// (read earlier).
-#[inline]
-fn unfolded(popped: u64, folded: u64) -> u64 {
-    let n = popped.wrapping_sub(folded);
-    if (n as i64) > 0 {
-        n
-    } else {
-        0
-    }
-}
+/// What producers have accounted for of each class's removals (indexed by
+/// `Priority::index`).
+type Accounted = [usize; 3];
 
 /// The queue's count of each class (indexed by `Priority::index`): the
 /// occupancy word's less the pops not folded yet. Signed: a displacer's
@@ -209,7 +201,7 @@ impl<T> Inner<T> {
         Ok(Inner {
             hot: CachePadded::new(Hot {
                 occupancy: AtomicU64::new(0),
-                folded: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+                accounted: [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)],
                 tails: [
                     AtomicUsize::new(start),
                     AtomicUsize::new(start),
@@ -251,7 +243,7 @@ impl<T> Inner<T> {
                 }
                 continue;
             }
-            match self.full(item, class, &mut backoff) {
+            match self.full(cur, item, class, &mut backoff) {
                 FullStep::Done(result) => return result,
                 FullStep::Again(back, actual) => (item, cur) = (back, actual),
             }
@@ -268,17 +260,24 @@ impl<T> Inner<T> {
     /// below `class` (claimed in the word first, then taken), or hand the
     /// item back if every item counted is of `class` or above.
     ///
-    /// The folded counts are read before the word and the consumer's pops
-    /// after it. Both only grow, and no count is folded before its pop, so
-    /// for each class the pops read less the folded read are at least its
-    /// pops not folded at the word's read: none read means none there.
+    /// The accounted removals are read before the word and the heads after
+    /// it. Both only grow, so for each class the removals read less the
+    /// accounted read are at least its pops not folded at the word's read:
+    /// none read means none there.
     /// (One collect, not two equal ones: fewer loads on this path, which
     /// is what loom's models explore.)
     #[cold]
     #[inline(never)]
-    fn full(&self, item: T, class: Priority, backoff: &mut u32) -> FullStep<T> {
+    fn full(&self, seen: u64, item: T, class: Priority, backoff: &mut u32) -> FullStep<T> {
         let c = class.index();
-        let folded = self.folded();
+        // Only of the classes that `seen`, the word that said full, counts.
+        let accounted: Accounted = core::array::from_fn(|h| {
+            if count(seen, h) > 0 {
+                self.hot.accounted[h].load(Ordering::Acquire)
+            } else {
+                0
+            }
+        });
         let cur = self.hot.occupancy.load(Ordering::Acquire);
         if total(cur) < self.capacity {
             return FullStep::Again(item, cur); // room was made
@@ -288,14 +287,17 @@ impl<T> Inner<T> {
             crate::sync::spin(backoff);
             return FullStep::Again(item, self.hot.occupancy.load(Ordering::Acquire));
         }
+        if (0..3).any(|h| count(cur, h) > 0 && count(seen, h) == 0) {
+            // A class came in since `seen` (a fold made room): its
+            // accounted removals were not read.
+            return FullStep::Again(item, cur);
+        }
         // Only the classes the word counts: pops of a class beyond those
         // the word still counts of it are owed to displacers waiting in
         // `take_claimed` (their claims took the count below the pops not
         // folded), not room.
-        let unfolded_pops =
-            |h: usize| count(cur, h) > 0 && unfolded(self.rings[h].end.popped.load(Ordering::Acquire), folded[h]) > 0;
-        if (0..3).any(unfolded_pops) {
-            return self.fold(cur, item, c, backoff);
+        if let Some(claim) = self.pops_to_fold(cur, |h| accounted[h]) {
+            return self.fold(cur, item, c, claim, backoff);
         }
         let Some(lower) = (0..c).find(|&j| count(cur, j) > 0) else {
             // Full, and at that instant every item counted is of this class
@@ -334,36 +336,34 @@ impl<T> Inner<T> {
     /// in the word and no other producer folds, so no count of the word
     /// falls. Then claims the pops of a class not yet folded, as many as
     /// the word counts of that class (the rest are owed to displacers that
-    /// claimed before the flag), by a CAS on `folded` (displacers waiting
-    /// for pops move it too), and takes them off the word, admits the
+    /// claimed before the flag), by a CAS on `accounted` (displacers move
+    /// it too), and takes them off the word, admits the
     /// item and clears the flag in one CAS. Each pop is folded once, and a
     /// word read without the flag holds no pop claimed but not taken off.
-    fn fold(&self, cur: u64, item: T, c: usize, backoff: &mut u32) -> FullStep<T> {
+    ///
+    /// `first` is the claim `full` found: a class, its accounted removals
+    /// read before `cur` and the pops to fold, tried first (its CAS fails
+    /// if the count moved since).
+    fn fold(&self, cur: u64, item: T, c: usize, first: (usize, usize, usize), backoff: &mut u32) -> FullStep<T> {
         let occupancy = &self.hot.occupancy;
         if let Err(actual) = occupancy.compare_exchange(cur, cur | FOLDING, Ordering::AcqRel, Ordering::Acquire) {
             return FullStep::Again(item, actual);
         }
         let mut cur = cur | FOLDING;
+        let mut claim = Some(first);
         let (h, k) = loop {
-            // Folded count first, pops second (so the pops read are at least
-            // the folded count read), and only of the classes the word counts.
-            let claim = (0..3).filter(|&h| count(cur, h) > 0).find_map(|h| {
-                let f = self.hot.folded[h].load(Ordering::Acquire);
-                let p = self.rings[h].end.popped.load(Ordering::Acquire);
-                let k = unfolded(p, f).min(count(cur, h) as u64);
-                (k > 0).then_some((h, f, k))
-            });
-            let Some((h, f, k)) = claim else {
-                break (0, 0); // displacers took every pop since: nothing to fold
+            let Some((h, a, k)) = claim else {
+                break (0, 0); // displacers used every pop since: nothing to fold
             };
-            if self.hot.folded[h]
-                .compare_exchange(f, f + k, Ordering::AcqRel, Ordering::Acquire)
+            if self.hot.accounted[h]
+                .compare_exchange(a, a.wrapping_add(k), Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                break (h, k);
+                break (h, k as u64);
             }
-            // A displacer took one of the pops: read again.
+            // A displacer accounted for a removal meanwhile: read again.
             cur = occupancy.load(Ordering::Acquire);
+            claim = self.pops_to_fold(cur, |h| self.hot.accounted[h].load(Ordering::Acquire));
         };
         // No count fell since `cur` (admissions only raise them), so the
         // class still counts the `k` pops; the total falls by `k - 1`, or
@@ -390,17 +390,26 @@ impl<T> Inner<T> {
     }
 
     /// For a displacer that has claimed one item of class `lower` in the
-    /// occupancy word: the class's oldest item, or, if the consumer popped
-    /// it since, one of its unfolded pops (claimed in `folded`). One of the
-    /// two exists: each count of the word is the class's items plus its
-    /// unfolded pops, less the claims not yet met. Waits while the item is
-    /// in transit (its producer between admission and writing it) or
-    /// another remover got there first.
+    /// occupancy word: the class's oldest item, or, if the consumer's pops
+    /// have made the room, none.
+    ///
+    /// It first accounts for the one removal from the ring it owes. Then
+    /// it takes the item at the head if it is written, or returns
+    /// `Claimed::Pop` once the ring's removals cover every removal
+    /// accounted for, its own included: then a pop of the consumer's not
+    /// folded nor used by another displacer is its room. One of the two
+    /// comes: each count of the word is the class's items plus its pops
+    /// not folded, less the claims not yet met. It waits only while an
+    /// item is in transit (its producer between admission and writing it)
+    /// or another displacer is between its account and its take, never
+    /// for the consumer: a pop is a removal from the moment the consumer
+    /// moves the head.
     #[cold]
     #[inline(never)]
     fn take_claimed(&self, lower: usize) -> Claimed<T> {
         let ring = &self.rings[lower];
-        let folded = &self.hot.folded[lower];
+        let accounted = &self.hot.accounted[lower];
+        accounted.fetch_add(1, Ordering::AcqRel);
         let mut backoff = 0;
         loop {
             let head = ring.end.head.load(Ordering::Acquire);
@@ -410,46 +419,71 @@ impl<T> Inner<T> {
                 }
                 continue;
             }
-            let f = folded.load(Ordering::Acquire);
-            let p = ring.end.popped.load(Ordering::Acquire);
-            if unfolded(p, f) > 0 {
-                if folded
-                    .compare_exchange(f, f + 1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Claimed::Pop;
-                }
-                continue;
+            // The head read first: the removals then less the accounted
+            // ones now can only be fewer than at any instant in between.
+            let a = accounted.load(Ordering::Acquire);
+            if head.wrapping_sub(self.start).wrapping_sub(a) as isize >= 0 {
+                return Claimed::Pop;
             }
             crate::sync::spin(&mut backoff);
         }
     }
 
-    /// The consumer's pops of each class.
+    /// The first class of the word `cur` with pops not folded yet, as a
+    /// claim to fold: the class, its accounted removals (`accounted`,
+    /// called only for the classes `cur` counts, before their heads are
+    /// read) and how many pops to fold, at most what `cur` counts of the
+    /// class (the rest are owed to displacers).
     #[inline]
-    fn popped(&self) -> Popped {
-        // Acquire: pairs with `count_pop`'s Release.
-        core::array::from_fn(|c| self.rings[c].end.popped.load(Ordering::Acquire))
+    fn pops_to_fold(&self, cur: u64, accounted: impl Fn(usize) -> usize) -> Option<(usize, usize, usize)> {
+        (0..3).filter(|&h| count(cur, h) > 0).find_map(|h| {
+            let a = accounted(h);
+            let k = self.unfolded(h, a).min(count(cur, h));
+            (k > 0).then_some((h, a, k))
+        })
     }
 
-    /// The pops of each class claimed for folding.
+    /// The removals from each class ring that producers have accounted for.
     #[inline]
-    fn folded(&self) -> Popped {
-        core::array::from_fn(|c| self.hot.folded[c].load(Ordering::Acquire))
+    fn accounted(&self) -> Accounted {
+        core::array::from_fn(|c| self.hot.accounted[c].load(Ordering::Acquire))
+    }
+
+    /// The head of each class ring.
+    #[inline]
+    fn heads(&self) -> [usize; 3] {
+        core::array::from_fn(|c| self.rings[c].end.head.load(Ordering::Acquire))
+    }
+
+    /// The pops of class `h` not folded yet, from `accounted` (a read of
+    /// its accounted removals) and a read of its head now; 0 while
+    /// displacers owe more takes than that.
+    #[inline]
+    fn unfolded(&self, h: usize, accounted: usize) -> usize {
+        let head = self.rings[h].end.head.load(Ordering::Acquire);
+        self.pops_unfolded(head, accounted)
+    }
+
+    /// The pops not folded yet of a class whose head is `head` and whose
+    /// accounted removals are `accounted`: 0 if negative.
+    #[inline]
+    fn pops_unfolded(&self, head: usize, accounted: usize) -> usize {
+        let n = head.wrapping_sub(self.start).wrapping_sub(accounted) as isize;
+        n.max(0) as usize
     }
 
     /// One read of the counts: each class's count in the occupancy word
-    /// less its pops not yet folded. `Ok` if the consumer's pops and the
-    /// folded ones read before the word are those read after it (so the
+    /// less its pops not yet folded. `Ok` if the accounted removals and
+    /// the heads read before the word are those read after it (so the
     /// counts are those of the instant the word was read, an operation in
     /// progress counted or not), `Err` with the counts otherwise.
     fn read_once(&self) -> Result<Counts, Counts> {
-        let (popped, folded) = (self.popped(), self.folded());
+        let (accounted, heads) = (self.accounted(), self.heads());
         let occupancy = self.hot.occupancy.load(Ordering::Acquire);
         let counts = Counts(core::array::from_fn(|c| {
-            count(occupancy, c) as i64 - unfolded(popped[c], folded[c]) as i64
+            count(occupancy, c) as i64 - self.pops_unfolded(heads[c], accounted[c]) as i64
         }));
-        if occupancy & FOLDING == 0 && self.folded() == folded && self.popped() == popped {
+        if occupancy & FOLDING == 0 && self.heads() == heads && self.accounted() == accounted {
             Ok(counts)
         } else {
             Err(counts)
@@ -457,8 +491,8 @@ impl<T> Inner<T> {
     }
 
     /// Consumer only (the caller is the single consumer). Takes the highest
-    /// class whose next item is written, and counts the pop on the
-    /// consumer's own line; it never writes the line producers write.
+    /// class whose next item is written; moving that class's head is all
+    /// it writes besides the slot, never the line producers write.
     ///
     /// It looks at the rings' heads, highest class first, and takes the
     /// first written one (a CAS on the head for `Routine` and `Idle`, which
@@ -494,7 +528,6 @@ impl<T> Inner<T> {
             // written head is this thread's to take.
             let c = Priority::Critical.index();
             if let Some(item) = self.rings[c].pop_unshared() {
-                self.rings[c].count_pop();
                 return Some((item, Priority::Critical));
             }
             match self.pop_lower(Priority::Routine) {
@@ -534,10 +567,7 @@ impl<T> Inner<T> {
             return Lower::Again;
         }
         match ring.take_at(head) {
-            Some(item) => {
-                ring.count_pop();
-                Lower::Took(item)
-            }
+            Some(item) => Lower::Took(item),
             None => Lower::Again,
         }
     }
@@ -583,16 +613,18 @@ impl<T> Inner<T> {
 
     fn class_stats(&self, class: Priority, depth: usize) -> ClassStats {
         let ring = &self.rings[class.index()];
+        // Read `displaced` before `head` and `head` before `tail`, so that
+        // `removed >= displaced` and `queued >= removed`.
         let displaced = ring.slow.displaced.load(Ordering::Acquire) as u64;
         let handed_back = ring.slow.handed_back.load(Ordering::Acquire) as u64;
-        let popped = ring.end.popped.load(Ordering::Acquire);
+        let removed = ring.end.head.load(Ordering::Acquire).wrapping_sub(self.start) as u64;
         let queued = self.hot.tails[class.index()]
             .load(Ordering::Acquire)
             .wrapping_sub(self.start) as u64;
         ClassStats {
             pushed: queued + handed_back,
             queued,
-            popped,
+            popped: removed.saturating_sub(displaced),
             displaced,
             handed_back,
             depth: depth as u64,
@@ -681,7 +713,7 @@ mod tests {
         );
         assert_eq!(inner.len(), 1, "but the counts are exact");
         assert!(matches!(inner.push(3, Priority::Routine), Ok(Pushed::Queued)));
-        assert_eq!(inner.folded(), [1, 0, 0]);
+        assert_eq!(inner.accounted(), [1, 0, 0]);
         let d = inner.fallback_depth();
         assert_eq!(
             (inner.len(), d.class(Priority::Idle), d.class(Priority::Routine)),
@@ -703,8 +735,8 @@ mod tests {
         let word = inner.hot.occupancy.load(Ordering::Relaxed);
         while inner.pop().is_some() {}
         assert_eq!(inner.hot.occupancy.load(Ordering::Relaxed), word);
-        assert_eq!(inner.folded(), [0, 0, 0]);
-        assert_eq!(inner.popped(), [1, 1, 1]);
+        assert_eq!(inner.accounted(), [0, 0, 0]);
+        assert_eq!(inner.heads(), [1, 1, 1]);
         assert_eq!(inner.len(), 0);
     }
 
@@ -717,15 +749,15 @@ mod tests {
         let cap = 64;
         let inner = Inner::<u32>::new(cap, 0).unwrap();
         let mut folds = 0;
-        let mut last = [0u64; 3];
+        let mut last = [0usize; 3];
         for i in 0..(100 * cap as u32) {
             assert!(matches!(inner.push(i, Priority::Routine), Ok(Pushed::Queued)));
             assert_eq!(inner.pop(), Some((i, Priority::Routine)));
-            let now = inner.folded();
+            let now = inner.accounted();
             if now != last {
                 folds += 1;
                 // Everything popped so far but the last item was folded.
-                assert_eq!(now[1], u64::from(i), "after push {i}");
+                assert_eq!(now[1], i as usize, "after push {i}");
                 last = now;
             }
         }

@@ -8,7 +8,7 @@ use core::mem::MaybeUninit;
 use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
 
 /// One slot of a class ring.
 pub(super) struct Slot<T> {
@@ -20,17 +20,15 @@ pub(super) struct Slot<T> {
     pub(super) value: UnsafeCell<MaybeUninit<T>>,
 }
 
-/// The removing end of a ring, on a line of its own: both fields are
-/// written by the consumer at each pop of the class, and by no producer
-/// except a displacing one (`head`).
+/// The removing end of a ring, on a line of its own: written by the
+/// consumer at each pop of the class, and by no producer except a
+/// displacing one.
 pub(super) struct End {
     /// The position of the ring's oldest item: advanced by whoever removes
-    /// it (the consumer, or a displacing producer).
+    /// it (the consumer, or a displacing producer). Its distance from the
+    /// start is the class's removals, ever: producers that find the queue
+    /// full read it to learn of the consumer's pops (`queue.rs`).
     pub(super) head: AtomicUsize,
-    /// How many items of the class the consumer has popped, ever: written
-    /// by the consumer alone (a plain store), after the item is out of its
-    /// slot. Producers fold these into the occupancy word (`queue.rs`).
-    pub(super) popped: AtomicU64,
 }
 
 /// A bounded FIFO of one class: producers add at the class's tail (kept in
@@ -71,7 +69,6 @@ impl<T> Ring<T> {
         Ok(Ring {
             end: CachePadded::new(End {
                 head: AtomicUsize::new(start),
-                popped: AtomicU64::new(0),
             }),
             slow: CachePadded::new(SlowCounters {
                 displaced: AtomicUsize::new(0),
@@ -169,17 +166,6 @@ impl<T> Ring<T> {
         slot.seq.store(head.wrapping_add(self.slots.len()), Ordering::Release);
         self.end.head.store(head.wrapping_add(1), Ordering::Release);
         Some(item)
-    }
-
-    /// Counts one more pop of this class: the consumer's only write that
-    /// producers read (`queue.rs`'s snapshot), on its own line. Only the
-    /// consumer writes `popped`, so a load and a store suffice; `Release`,
-    /// so that a producer that reads the new count also sees the slot
-    /// freed.
-    #[inline]
-    pub(super) fn count_pop(&self) {
-        let popped = &self.end.popped;
-        popped.store(popped.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
     }
 
     /// With exclusive access: takes the next remaining item out.
