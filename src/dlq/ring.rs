@@ -122,7 +122,7 @@ impl<T> Ring<T> {
     pub(super) fn take_at(&self, head: usize) -> Option<T> {
         self.end
             .head
-            .compare_exchange(head, head.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(head, head.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed)
             .ok()?;
         let slot = self.slot(head);
         let item = slot.value.with(|p| {
@@ -140,7 +140,7 @@ impl<T> Ring<T> {
     /// only commits to a class whose next item is already written).
     #[inline]
     pub(super) fn head_ready(&self) -> bool {
-        let head = self.end.head.load(Ordering::Acquire);
+        let head = self.end.head.load(Ordering::SeqCst);
         self.slot(head).seq.load(Ordering::Acquire) == head.wrapping_add(1)
     }
 
