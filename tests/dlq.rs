@@ -13,6 +13,8 @@ use tailguard::ConfigErrorKind;
 
 use Priority::{Critical, Idle, Routine};
 
+#[path = "dlq/hostile_accounted.rs"]
+mod hostile_accounted;
 #[path = "dlq/hostile_consumer_line.rs"]
 mod hostile_consumer_line;
 #[path = "dlq/hostile_fold.rs"]
