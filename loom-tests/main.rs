@@ -8,6 +8,7 @@
 
 mod breaker;
 mod dlq;
+mod dlq_fates;
 mod dlq_hostile_accounted;
 mod dlq_hostile_consumer_line;
 mod dlq_hostile_fold;
