@@ -110,8 +110,9 @@ type Accounted = [usize; 3];
 
 /// The queue's count of each class (indexed by `Priority::index`): the
 /// occupancy word's less the pops not folded yet. Signed: a displacer's
-/// claim on an item that the consumer popped before the displacer folded
-/// that pop shows as one below the class's items until it does.
+/// claim on an item that the consumer popped before the displacer
+/// accounted for its removal shows as one below the class's items until
+/// it does.
 #[derive(Clone, Copy)]
 struct Counts([i64; 3]);
 
@@ -317,7 +318,7 @@ impl<T> Inner<T> {
         };
         // One item of class `lower` gives way to this one: claimed in the
         // word first, then taken out of its ring (the oldest) or, if the
-        // consumer popped it meanwhile, that pop folded in.
+        // consumer popped it meanwhile, that pop is the room.
         let displaced = cur - one(lower) + one(c);
         if let Err(actual) = self
             .hot
