@@ -21,6 +21,8 @@ mod hostile_consumer_line;
 mod hostile_fold;
 #[path = "dlq/hostile_pop.rs"]
 mod hostile_pop;
+#[path = "dlq/model.rs"]
+mod model;
 
 /// How long a timed race of the `hostile_*` modules runs: the seconds in
 /// the environment variable `var`, or `default`.

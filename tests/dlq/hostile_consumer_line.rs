@@ -9,7 +9,6 @@
 //! Run: `cargo test --release --test dlq hostile_consumer_line` (each timed
 //! test runs for `HOSTILE_CL_SECS`, 3 by default).
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use tailguard::dlq::{DeadLetterQueue, Full, Priority, Pushed, MAX_CAPACITY};
 use Priority::{Critical, Idle, Routine};
 
 use super::assert_conserved;
+use super::model::Modelled;
 
 fn budget() -> Duration {
     super::race_budget("HOSTILE_CL_SECS", 3)
@@ -28,62 +28,6 @@ struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
         super::xorshift(&mut self.0)
-    }
-}
-
-/// The queue against a model, one thread: every push decision (queued,
-/// displaced which item, refused), every pop, `len` and `fallback_depth`.
-struct Modelled {
-    q: DeadLetterQueue<u64>,
-    model: [VecDeque<u64>; 3],
-    cap: usize,
-    next: u64,
-}
-
-impl Modelled {
-    fn new(cap: usize) -> Self {
-        Modelled {
-            q: DeadLetterQueue::with_capacity(cap).unwrap(),
-            model: Default::default(),
-            cap,
-            next: 0,
-        }
-    }
-    fn len(&self) -> usize {
-        self.model.iter().map(VecDeque::len).sum()
-    }
-    fn push(&mut self, class: Priority) {
-        let v = self.next;
-        self.next += 1;
-        let got = self.q.push(v, class);
-        if self.len() < self.cap {
-            assert_eq!(got, Ok(Pushed::Queued), "push {v} {class:?}");
-            self.model[class as usize].push_back(v);
-        } else if let Some(low) = (0..class as usize).find(|&c| !self.model[c].is_empty()) {
-            let old = self.model[low].pop_front().unwrap();
-            assert_eq!(
-                got,
-                Ok(Pushed::Displaced(old, Priority::ALL[low])),
-                "push {v} {class:?}"
-            );
-            self.model[class as usize].push_back(v);
-        } else {
-            assert_eq!(got, Err(Full(v)), "push {v} {class:?}");
-        }
-    }
-    fn pop(&mut self) {
-        let want = (0..3)
-            .rev()
-            .find(|&c| !self.model[c].is_empty())
-            .map(|c| (self.model[c].pop_front().unwrap(), Priority::ALL[c]));
-        assert_eq!(self.q.pop(), want);
-    }
-    fn check_counts(&self) {
-        let d = self.q.fallback_depth();
-        assert_eq!([d.idle, d.routine, d.critical], [0, 1, 2].map(|c| self.model[c].len()));
-        assert_eq!(self.q.len(), self.len());
-        let s = self.q.stats();
-        assert_conserved(&s);
     }
 }
 
