@@ -3,7 +3,7 @@
 //! by round so that a busy machine moves all three alike:
 //!
 //! - `tailguard`: `DeadLetterQueue` push + pop (`Routine`), three atomic
-//!   read-modify-writes (the net word's CAS and the tail `fetch_add` in the
+//!   read-modify-writes (the occupancy word's CAS and the tail `fetch_add` in the
 //!   push, the head CAS in the pop);
 //! - `array_queue`: `ArrayQueue` push + pop, two (the tail CAS, the head CAS);
 //! - `array_queue+1rmw`: the same plus one uncontended `fetch_add`, the
